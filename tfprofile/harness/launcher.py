@@ -1,0 +1,347 @@
+"""Start a real TF1 parameter-server job on this machine and collect its traces.
+
+:func:`collect` starts every PS and worker task as a separate process
+(``python -m tfprofile.harness.task``), shows a progress bar while the chief worker
+steps, and leaves a complete run directory (SPEC §7) or none at all:
+
+- ports are chosen free on loopback;
+- every task runs in its own process group and dies with the launcher (``PR_SET_PDEATHSIG``);
+- on success, failure, timeout or Ctrl-C all tasks are stopped (SIGTERM, then SIGKILL);
+- the run is written to ``RUN_DIR.incomplete`` and renamed to ``RUN_DIR`` only when
+  complete; a failed run stays ``.incomplete`` with its logs, and readers refuse it.
+
+This module does not import TensorFlow: only the task processes do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import ctypes
+import dataclasses
+import json
+import os
+import platform
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tfsim.errors import CollectError, UsageError
+from tfsim.fileio import write_json
+
+from tfprofile.harness.task import PROGRESS_PREFIX
+
+RUN_FORMAT = "tfsim.run/1"
+INCOMPLETE_SUFFIX = ".incomplete"
+ZOO_MODELS = ("tiny", "alexnet", "vgg11", "resnet50", "inception3")
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectConfig:
+    """Options of one profiling run; validated on construction.
+
+    ``model`` names a zoo model, or ``model_fn`` is ``"module:function"`` (then ``model``
+    is only a label). Steps count measured steps, after ``warmup_steps`` untimed ones; of the
+    measured steps, every ``trace_every``-th (starting with the first) is traced.
+    """
+
+    out_dir: Path
+    model: str = "tiny"
+    model_fn: str | None = None
+    batch_size: int = 32
+    image_size: int = 0
+    num_classes: int = 0
+    steps: int = 20
+    warmup_steps: int = 5
+    trace_every: int = 1
+    workers: int = 1
+    ps_tasks: int = 1
+    placement: str = "round_robin"
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    learning_rate: float = 0.01
+    timeout_s: float = 1800.0
+    startup_timeout_s: float = 180.0
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out_dir", Path(self.out_dir))
+        if self.model_fn is None and self.model not in ZOO_MODELS:
+            raise UsageError("--model", f"unknown model {self.model!r}; choose from {', '.join(ZOO_MODELS)}"
+                             " or give --model-fn MODULE:FUNCTION")
+        if self.model_fn is not None and ":" not in self.model_fn:
+            raise UsageError("--model-fn", f"{self.model_fn!r} is not of the form MODULE:FUNCTION")
+        for name in ("batch_size", "steps", "trace_every", "workers", "ps_tasks"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')}", f"must be at least 1, not {getattr(self, name)}")
+        for name in ("warmup_steps", "image_size", "num_classes", "intra_op_threads", "inter_op_threads"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')}", f"must not be negative, not {getattr(self, name)}")
+        if self.placement not in ("round_robin", "greedy"):
+            raise UsageError("--placement", f"must be round_robin or greedy, not {self.placement!r}")
+        if not (self.timeout_s > 0 and self.startup_timeout_s > 0):
+            raise UsageError("--timeout", "timeouts must be positive")
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports that were free a moment ago.
+
+    The sockets are held open until all are chosen, so the ports differ from each other.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: own process group, and SIGKILL when the launcher dies."""
+    os.setsid()
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclasses.dataclass
+class _Task:
+    role: str
+    index: int
+    process: subprocess.Popen
+    log_path: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.role}{self.index}"
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def last_error_line(self) -> str:
+        """The most telling line of the task's log: a Python or TF error, else its last line."""
+        try:
+            lines = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return "(no log)"
+        for line in reversed(lines):
+            if "Error" in line or "error:" in line:
+                return line[:300]
+        return lines[-1][:300] if lines else "(empty log)"
+
+
+def _task_command(spec_path: Path, prefix: Sequence[str]) -> list[str]:
+    return [*prefix, sys.executable, "-m", "tfprofile.harness.task", str(spec_path)]
+
+
+def _read_lines(stream, sink: queue.Queue) -> None:
+    for line in iter(stream.readline, ""):
+        sink.put(line)
+    sink.put(None)
+
+
+def collect(
+    config: CollectConfig,
+    *,
+    progress: bool = True,
+    overwrite: bool = False,
+    hosts: Sequence[str] | None = None,
+    command_prefixes: Sequence[Sequence[str]] | None = None,
+    on_event: Callable[[dict], None] | None = None,
+) -> Path:
+    """Run the job described by ``config``; return the completed run directory.
+
+    ``hosts`` (one address per task, PS tasks first) and ``command_prefixes`` (e.g.
+    ``["ip", "netns", "exec", NS]`` per task) let the same launcher run tasks inside
+    network namespaces; by default every task listens on 127.0.0.1.
+
+    Raises :class:`~tfsim.errors.UsageError` for bad options and
+    :class:`~tfsim.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
+    re-raised after every task has been stopped.
+    """
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    ntasks = config.ps_tasks + config.workers
+    hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
+    prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
+    if len(hosts) != ntasks or len(prefixes) != ntasks:
+        raise UsageError("hosts", f"need one host and one command prefix per task ({ntasks})")
+    ports = free_ports(ntasks) if all(h == "127.0.0.1" for h in hosts) else [2222 + i for i in range(ntasks)]
+    addresses = [f"{h}:{p}" for h, p in zip(hosts, ports)]
+    cluster = {"ps": addresses[: config.ps_tasks], "worker": addresses[config.ps_tasks:]}
+
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    (partial / "trace").mkdir(parents=True)
+    (partial / "logs").mkdir()
+
+    base_spec = {
+        "cluster": cluster, "model": config.model, "model_fn": config.model_fn,
+        "batch_size": config.batch_size, "image_size": config.image_size, "num_classes": config.num_classes,
+        "steps": config.steps, "warmup_steps": config.warmup_steps, "trace_every": config.trace_every,
+        "workers": config.workers, "placement": config.placement,
+        "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
+        "learning_rate": config.learning_rate, "out_dir": str(partial.resolve()),
+    }
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
+    # The task processes import this project by module name: keep it importable from anywhere.
+    project_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [project_root, env.get("PYTHONPATH", "")]))
+
+    tasks: list[_Task] = []
+    started = time.monotonic()
+    bar = None
+    try:
+        roles = [("ps", i) for i in range(config.ps_tasks)] + [("worker", i) for i in range(config.workers)]
+        for k, (role, index) in enumerate(roles):
+            spec_path = partial / "logs" / f"{role}{index}.spec.json"
+            spec_path.write_text(json.dumps({**base_spec, "role": role, "task_index": index}, indent=2))
+            log_path = partial / "logs" / f"{role}{index}.log"
+            chief = role == "worker" and index == 0
+            with open(log_path, "w") as log:
+                proc = subprocess.Popen(
+                    _task_command(spec_path, prefixes[k]), env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE if chief else log, stderr=log, text=True,
+                    preexec_fn=_die_with_parent,
+                )
+            tasks.append(_Task(role, index, proc, log_path))
+        chief_task = next(t for t in tasks if t.role == "worker" and t.index == 0)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines), daemon=True).start()
+
+        total = config.warmup_steps + config.steps
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc=f"collect {config.model}", unit="step", file=sys.stderr,
+                       dynamic_ncols=True)
+        first_step_seen, finished = False, False
+        batch_size = config.batch_size
+        while True:
+            try:
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                line = ""
+            if line and line.startswith(PROGRESS_PREFIX):
+                event = json.loads(line[len(PROGRESS_PREFIX):])
+                if on_event:
+                    on_event(event)
+                if event["kind"] == "step":
+                    first_step_seen = True
+                    if bar is not None:
+                        bar.update(event["step"] - bar.n)
+                        bar.set_postfix(step_s=f"{event['wall_s']:.3f}", traced=event["traced"])
+                elif event["kind"] == "finished":
+                    finished = True
+                    batch_size = event["batch_size"]
+            elapsed = time.monotonic() - started
+            failed = [t for t in tasks if t.process.poll() not in (None, 0)]
+            if failed:
+                t = failed[0]
+                raise CollectError(f"task {t.label} exited with status {t.process.returncode}: "
+                                   f"{t.last_error_line()} (log: {t.log_path})")
+            workers_done = all(t.process.poll() == 0 for t in tasks if t.role == "worker")
+            if workers_done and finished:
+                break
+            if workers_done and line is None:
+                raise CollectError(f"chief worker exited without finishing (log: {chief_task.log_path})")
+            if not first_step_seen and elapsed > config.startup_timeout_s:
+                raise CollectError(f"no training step within {config.startup_timeout_s:.0f} s: the tasks could "
+                                   f"not start or reach each other (logs: {partial / 'logs'})")
+            if elapsed > config.timeout_s:
+                raise CollectError(f"run did not finish within {config.timeout_s:.0f} s (--timeout); "
+                                   f"logs: {partial / 'logs'}")
+        # The PS tasks exit on their own once every worker has reported done.
+        deadline = time.monotonic() + 30
+        for t in tasks:
+            if t.role == "ps":
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    t.process.wait(max(0.1, deadline - time.monotonic()))
+        if bar is not None:
+            bar.close()
+            bar = None
+        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(partial, out)
+        return out
+    finally:
+        if bar is not None:
+            bar.close()
+        for t in tasks:
+            t.stop()
+
+
+def _merge_step_times(run_dir: Path, workers: int) -> None:
+    rows = []
+    for w in range(workers):
+        part = run_dir / f"step_times.worker{w}.csv"
+        if not part.exists():
+            raise CollectError(f"worker {w} wrote no step times ({part})")
+        with open(part, newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader)
+            rows.extend(reader)
+        part.unlink()
+    rows.sort(key=lambda r: (int(r[0]), int(r[1])))
+    with open(run_dir / "step_times.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def machine_description() -> dict:
+    """CPU model, core count and kernel of this machine, for the run record."""
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
+
+
+def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_size: int, wall_s: float) -> None:
+    _merge_step_times(run_dir, config.workers)
+    versions_path = run_dir / "versions.json"
+    versions = json.loads(versions_path.read_text()) if versions_path.exists() else {}
+    versions_path.unlink(missing_ok=True)
+    traces = sorted(p.name for p in (run_dir / "trace").iterdir())
+    if not traces:
+        raise CollectError(f"the run traced no step ({run_dir / 'trace'})")
+    config_record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()}
+    config_record["env"] = dict(config.env)
+    config_record.pop("out_dir")
+    write_json(run_dir / "run.json", {
+        "format": RUN_FORMAT,
+        "status": "complete",
+        "config": config_record,
+        "batch_size": batch_size,
+        "cluster": cluster,
+        "versions": versions,
+        "machine": machine_description(),
+        "traced_steps": traces,
+        "wall_time_s": round(wall_s, 3),
+        "created_unix_s": round(time.time(), 3),
+    })

@@ -1,0 +1,3 @@
+from tfsim.cli import main
+
+raise SystemExit(main())

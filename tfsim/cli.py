@@ -1,0 +1,193 @@
+"""The ``tfsim`` command line: one program, a subcommand per job.
+
+Exit status: 0 on success, 2 on bad input or usage (one line on stderr), 1 when a run
+fails or on an internal error, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable, Sequence
+
+from tfsim import __version__
+from tfsim.errors import CollectError, InputError, TfsimWarning
+
+DESCRIPTION = """\
+Predict how fast a TensorFlow parameter-server training job runs on W workers,
+from a 1-PS/1-worker profiling run.
+
+workflow:
+  tfsim collect   run a real 1-PS/1-worker TF1 job here and trace it
+  tfsim profile   turn the traces into an op DAG profile; summarise a profile
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit 2), as every other tfsim error."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        self.exit(2, f"tfsim: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    return value
+
+
+# ---------------------------------------------------------------------------- collect
+
+def _add_collect(sub) -> None:
+    p = sub.add_parser(
+        "collect", help="run a real TF1 parameter-server job here and trace it",
+        description="Run a real TF1 graph-mode parameter-server job on this machine (each PS and worker a "
+                    "separate process, async SGD on synthetic data) and write a run directory: per-step "
+                    "RunMetadata (FULL_TRACE with partition graphs), variables.json, step_times.csv and "
+                    "run.json. Needs TensorFlow (pip install 'tfsim[tf]').",
+        epilog="The user's model contract for --model-fn: MODULE:FUNCTION names a function "
+               "f(options) -> (loss, batch_size), called inside tf.compat.v1.device(replica_device_setter), "
+               "that builds the model's graph with tf.compat.v1 ops on its own (synthetic) input. "
+               "options has batch_size, image_size and num_classes. MODULE must be importable.",
+    )
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--model", default="tiny",
+                       help="built-in model: tiny, alexnet, vgg11, resnet50, inception3 (default: tiny)")
+    model.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (see below)")
+    p.add_argument("--batch", type=_positive_int, default=32, help="examples per step and worker (default: 32)")
+    p.add_argument("--image-size", type=_non_negative_int, default=0,
+                   help="input image side in pixels (default: the model's own)")
+    p.add_argument("--num-classes", type=_non_negative_int, default=0, help="classes (default: the model's own)")
+    p.add_argument("--steps", type=_positive_int, default=20, help="measured steps per worker (default: 20)")
+    p.add_argument("--warmup", type=_non_negative_int, default=5,
+                   help="untimed steps before the measured ones (default: 5)")
+    p.add_argument("--trace-every", type=_positive_int, default=1, metavar="K",
+                   help="trace every K-th measured step, starting with the first (default: 1)")
+    p.add_argument("--workers", type=_positive_int, default=1, help="worker tasks (default: 1)")
+    p.add_argument("--ps-tasks", type=_positive_int, default=1, help="parameter-server tasks (default: 1)")
+    p.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
+                   help="variable placement over PS tasks (default: round_robin, TensorFlow's default)")
+    p.add_argument("--intra-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
+    p.add_argument("--inter-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds")
+    p.add_argument("--out", required=True, type=Path, metavar="RUN_DIR", help="run directory to create")
+    p.add_argument("--force", action="store_true", help="replace RUN_DIR if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_run_collect)
+
+
+def _run_collect(args) -> int:
+    from tfprofile.harness.launcher import CollectConfig, collect
+
+    config = CollectConfig(
+        out_dir=args.out, model=args.model_fn and "custom" or args.model, model_fn=args.model_fn,
+        batch_size=args.batch, image_size=args.image_size, num_classes=args.num_classes, steps=args.steps,
+        warmup_steps=args.warmup, trace_every=args.trace_every, workers=args.workers, ps_tasks=args.ps_tasks,
+        placement=args.placement, intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
+        timeout_s=args.timeout,
+    )
+    out = collect(config, progress=not args.no_progress, overwrite=args.force)
+    print(out)
+    return 0
+
+
+# ---------------------------------------------------------------------------- profile
+
+def _add_profile(sub) -> None:
+    p = sub.add_parser(
+        "profile", help="build an op-DAG profile from a run directory or traces; summarise a profile",
+        description="Build a profile (op DAG + per-step durations, format tfsim.profile/1) from a run "
+                    "directory or from RunMetadata files (.pb, .pbtxt, optionally .gz) or Chrome trace JSON "
+                    "of one 1-PS/1-worker run; or, with --summary, print what a profile holds.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="RUN_DIR|TRACE|PROFILE")
+    p.add_argument("-o", "--output", type=Path, metavar="PROFILE", help="profile file to write (.npz)")
+    p.add_argument("--summary", action="store_true", help="summarise the PROFILE given as input")
+    p.add_argument("--json", action="store_true", help="with --summary: one JSON object on stdout")
+    p.add_argument("--batch", type=_positive_int, help="batch size, for trace files outside a run directory")
+    p.add_argument("--variables", type=Path, metavar="FILE",
+                   help="variables.json, for trace files outside a run directory")
+    p.set_defaults(handler=_run_profile)
+
+
+def _run_profile(args) -> int:
+    from tfprofile import api
+
+    if args.summary:
+        if len(args.inputs) != 1:
+            raise InputError("--summary", "takes exactly one PROFILE")
+        from tfprofile.summary import format_summary, summarize
+
+        summary = summarize(api.load_profile(args.inputs[0]))
+        print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
+        return 0
+    if args.output is None:
+        raise InputError("-o", "give the profile file to write (-o PROFILE), or --summary to read one")
+    profile = api.read_profile(args.inputs, batch_size=args.batch, variables=args.variables)
+    api.save_profile(profile, args.output)
+    from tfprofile.summary import format_summary, summarize
+
+    print(format_summary(summarize(profile)), file=sys.stderr)
+    print(args.output)
+    return 0
+
+
+# ---------------------------------------------------------------------------- main
+
+_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="tfsim", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"tfsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, TfsimWarning):
+        print(f"tfsim: warning: {message}", file=sys.stderr)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = warnings.showwarning
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    warnings.showwarning = _show_warning
+    try:
+        return args.handler(args)
+    except InputError as err:
+        print(f"tfsim: error: {err}", file=sys.stderr)
+        return 2
+    except CollectError as err:
+        print(f"tfsim: {args.command} failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tfsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
