@@ -1,0 +1,78 @@
+"""The cluster a prediction is for: link bandwidths, the HTTP/2 window, parsing overhead.
+
+A :class:`ClusterModel` is plain numbers. ``calibration`` fits one from captures and writes
+it as ``CLUSTER.json``; where no calibration exists, :meth:`ClusterModel.from_bandwidth`
+gives one from a bandwidth alone (no overhead, unlimited window).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tfsim.errors import UsageError
+
+
+def _check_rate(value: float, option: str) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise UsageError(option, f"{value!r} is not a number") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(option, f"bandwidth must be positive and finite, not {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Overhead:
+    """Parsing overhead of a received tensor: ``alpha_s_per_byte * size + beta_s`` (ICPE §3.2.1)."""
+
+    alpha_s_per_byte: float = 0.0
+    beta_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("alpha_s_per_byte", "beta_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(name, f"must be finite and non-negative, not {value}")
+
+    def seconds(self, size_bytes):
+        return self.alpha_s_per_byte * size_bytes + self.beta_s
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterModel:
+    """Link and transfer parameters of a cluster, per direction.
+
+    Attributes:
+        downlink_Bps, uplink_Bps: bandwidth B of each PS link, bytes/s (PS->worker, worker->PS).
+        win_bytes: HTTP/2 flow-control window WIN of ICPE's multiplexing model (inf: no split).
+        overhead_downlink, overhead_uplink: parsing overhead on the receiver of each direction.
+        calibrated: False when built from a bandwidth alone.
+        source: where the numbers come from (a CLUSTER.json path, or "bandwidth only").
+    """
+
+    downlink_Bps: float
+    uplink_Bps: float
+    win_bytes: float = math.inf
+    overhead_downlink: Overhead = Overhead()
+    overhead_uplink: Overhead = Overhead()
+    calibrated: bool = True
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "downlink_Bps", _check_rate(self.downlink_Bps, "--bandwidth"))
+        object.__setattr__(self, "uplink_Bps", _check_rate(self.uplink_Bps, "--bandwidth"))
+        if not (self.win_bytes > 0):
+            raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
+
+    @classmethod
+    def from_bandwidth(cls, bandwidth_Bps: float, uplink_Bps: float | None = None) -> "ClusterModel":
+        """An uncalibrated cluster: α = β = 0 and an unlimited window (SPEC: warn the user)."""
+        return cls(bandwidth_Bps, bandwidth_Bps if uplink_Bps is None else uplink_Bps,
+                   calibrated=False, source="bandwidth only")
+
+    def with_bandwidth(self, downlink_Bps: float, uplink_Bps: float | None = None) -> "ClusterModel":
+        """The same cluster at another bandwidth (a what-if: everything else stays calibrated)."""
+        return dataclasses.replace(self, downlink_Bps=downlink_Bps,
+                                   uplink_Bps=downlink_Bps if uplink_Bps is None else uplink_Bps)

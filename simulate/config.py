@@ -1,0 +1,112 @@
+"""What one simulation run is asked to do: validated, immutable settings (SPEC §3)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+
+from tfsim.errors import UsageError
+
+MAX_WORKERS = 1024  # beyond this, per-worker state (W x ops) stops fitting comfortably in memory
+MAX_STEPS = 1_000_000
+
+
+class Mode(enum.Enum):
+    """How workers synchronise (TPDS §3)."""
+
+    ASYNC = "async"          # each worker starts its next step when its own step is done
+    SYNC = "sync"            # all workers start together after every worker's step (barrier)
+    ALLREDUCE = "allreduce"  # sync; downlinks take 0, uplinks become ring all-reduces (TPDS §3.2.2)
+
+
+class Sharing(enum.Enum):
+    """How the workers active on one link share its bandwidth (SPEC §3)."""
+
+    PS = "ps"              # processor sharing: 1/n of B each
+    FCFS = "fcfs"          # the first active worker gets all of B
+    HYBRID = "hybrid"      # the average of the PS and FCFS throughputs (TPDS §3.2.1)
+    FLOW_CAP = "flow_cap"  # PS, but no single flow above a cap (TPDS §4.4)
+
+
+class Transfer(enum.Enum):
+    """How one worker's streams on one link are served (ICPE §3.2.2, §3.3; SPEC §3)."""
+
+    HTTP2 = "http2"        # ICPE's model of gRPC's HTTP/2 multiplexing: at most one preemption per stream
+    FIFO = "fifo"          # flow control off: whole streams in the order they became ready
+    PRIORITY = "priority"  # flow control off, order enforced: lowest priority number first
+
+
+def parse_enum(kind: type[enum.Enum], text: str, option: str) -> enum.Enum:
+    """``Mode``/``Sharing``/``Transfer`` member named by ``text``, or a one-line UsageError."""
+    for member in kind:
+        if member.value == text:
+            return member
+    choices = ", ".join(m.value for m in kind)
+    raise UsageError(option, f"unknown {kind.__name__.lower()} {text!r}; choose from {choices}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Colocation:
+    """Tasks that share a host's cores (SPEC §3): computation there is processor-shared.
+
+    ``worker_host[w]`` and ``server_host[m]`` name each task's host; ``cores[h]`` is host h's
+    core count. Each busy computation op on host h runs at ``min(1, cores[h] / n_h)`` with
+    ``n_h`` the busy computation ops on h (all workers' and servers' alike).
+    """
+
+    worker_host: tuple[int, ...]
+    server_host: tuple[int, ...]
+    cores: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        hosts = len(self.cores)
+        if hosts < 1 or any(not (c > 0 and math.isfinite(c)) for c in self.cores):
+            raise UsageError("--cores", "every host needs a positive, finite core count")
+        if any(not 0 <= h < hosts for h in (*self.worker_host, *self.server_host)):
+            raise UsageError("--cores", "a task is placed on a host that does not exist")
+
+    @classmethod
+    def single_host(cls, workers: int, servers: int, cores: float) -> "Colocation":
+        """Every task on one host with ``cores`` cores (the lab's small machine)."""
+        return cls((0,) * workers, (0,) * servers, (float(cores),))
+
+
+@dataclasses.dataclass(frozen=True)
+class SimConfig:
+    """Settings of one simulation run.
+
+    ``steps`` per worker are simulated, of which the first ``warmup`` are dropped from the
+    throughput (ICPE §4.1: 1000 and 50). ``flow_cap_Bps`` is required with
+    ``Sharing.FLOW_CAP``. ``trace_steps`` > 0 records every chunk of each worker's first
+    ``trace_steps`` steps, for timelines.
+    """
+
+    workers: int
+    mode: Mode = Mode.ASYNC
+    sharing: Sharing = Sharing.PS
+    transfer: Transfer = Transfer.HTTP2
+    steps: int = 1000
+    warmup: int = 50
+    seed: int = 0
+    flow_cap_Bps: float | None = None
+    colocation: Colocation | None = None
+    trace_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
+            raise UsageError("--workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
+        if not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
+            raise UsageError("--steps", f"must be between 1 and {MAX_STEPS}, not {self.steps}")
+        if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
+            raise UsageError("--warmup", f"must be at least 0 and below --steps ({self.steps}), not {self.warmup}")
+        if self.sharing is Sharing.FLOW_CAP:
+            if self.flow_cap_Bps is None or not (self.flow_cap_Bps > 0 and math.isfinite(self.flow_cap_Bps)):
+                raise UsageError("--flow-cap", "flow_cap sharing needs a positive, finite per-flow cap")
+        if self.sharing is Sharing.HYBRID:
+            raise UsageError("--sharing", "hybrid is the average of two runs (ps and fcfs); run those and average")
+        if self.colocation is not None and len(self.colocation.worker_host) != self.workers:
+            raise UsageError("--cores", f"colocation places {len(self.colocation.worker_host)} workers, "
+                                        f"not {self.workers}")
+        if self.trace_steps < 0:
+            raise UsageError("--trace-steps", "must not be negative")

@@ -1,0 +1,120 @@
+"""Run one simulation: lay a :class:`~simulate.prepare.SimGraph` out for the compiled event
+loop (:mod:`simulate.kernel`), run it, and hand back the raw timings.
+
+The slot layout per worker is DOWNLINK_0..M-1, WORKER, UPLINK_0..M-1, PS_0..M-1: slot
+order is the tie-break order of SPEC §3. Link ``m`` is server m's downlink, link ``M + m``
+its uplink.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+
+from tfprofile.dag import Resource
+
+from simulate.cluster import ClusterModel
+from simulate.config import Mode, Sharing, SimConfig, Transfer
+from simulate.prepare import SimGraph
+
+_SCHED = {Transfer.HTTP2: 1, Transfer.FIFO: 0, Transfer.PRIORITY: 2}
+_SHARE = {Sharing.PS: 0, Sharing.FCFS: 1, Sharing.FLOW_CAP: 2}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SimRun:
+    """Raw output of one run.
+
+    ``step_start_s``/``step_end_s`` are (W, N): when each worker's k-th step started and
+    ended. ``trace`` (when asked for) holds one row per chunk of the first steps:
+    ``worker, step, slot, op, start_s, end_s``.
+    """
+
+    config: SimConfig
+    graph: SimGraph
+    step_start_s: np.ndarray
+    step_end_s: np.ndarray
+    op_events: int
+    wall_s: float
+    trace: dict[str, np.ndarray] | None = None
+
+
+def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int) -> np.ndarray:
+    """Slot index of each (resource, server) pair in the per-worker layout."""
+    m = np.maximum(server, 0).astype(np.int64)
+    out = np.empty(len(resource), dtype=np.int64)
+    out[resource == Resource.DOWNLINK] = m[resource == Resource.DOWNLINK]
+    out[resource == Resource.WORKER] = n_servers
+    out[resource == Resource.UPLINK] = n_servers + 1 + m[resource == Resource.UPLINK]
+    out[resource == Resource.PS] = 2 * n_servers + 1 + m[resource == Resource.PS]
+    return out
+
+
+def slot_names(n_servers: int) -> list[str]:
+    """Human names of the per-worker slots, in slot order."""
+    suffix = (lambda m: f"{m}") if n_servers > 1 else (lambda m: "")
+    return ([f"DOWNLINK{suffix(m)}" for m in range(n_servers)] + ["WORKER"]
+            + [f"UPLINK{suffix(m)}" for m in range(n_servers)] + [f"PS{suffix(m)}" for m in range(n_servers)])
+
+
+def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> dict:
+    """Everything :func:`simulate.kernel.run_kernel` takes, as named arrays."""
+    M = graph.n_servers
+    n_slots = 3 * M + 1
+    op_slot = slot_of(graph.resource, graph.server, M)
+    slot_link = np.full(n_slots, -1, dtype=np.int64)
+    slot_link[:M] = np.arange(M)
+    slot_link[M + 1:2 * M + 1] = M + np.arange(M)
+    slot_sched = np.zeros(n_slots, dtype=np.int64)
+    slot_sched[slot_link >= 0] = _SCHED[config.transfer]
+    counts = np.bincount(op_slot, minlength=n_slots)
+    slot_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
+    link_capacity = np.array([cluster.downlink_Bps] * M + [cluster.uplink_Bps] * M, dtype=np.float64)
+    link_dir = np.array([0] * M + [1] * M, dtype=np.int64)
+    sharing = 3 if config.mode is Mode.ALLREDUCE else _SHARE[config.sharing]
+    W = config.workers
+    slot_host = np.full(W * n_slots, -1, dtype=np.int64)
+    host_cores = np.zeros(0)
+    if config.colocation is not None:
+        col = config.colocation
+        if len(col.server_host) != M:
+            from tfsim.errors import UsageError
+
+            raise UsageError("--cores", f"colocation places {len(col.server_host)} servers, not {M}")
+        for w in range(W):
+            slot_host[w * n_slots + M] = col.worker_host[w]
+            for m in range(M):
+                slot_host[w * n_slots + 2 * M + 1 + m] = col.server_host[m]
+        host_cores = np.array(col.cores, dtype=np.float64)
+    rng = np.random.default_rng(config.seed)
+    samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
+    trace_cap = W * config.trace_steps * 2 * graph.n_ops if config.trace_steps else 0
+    return dict(
+        succ_ptr=graph.succ_ptr, succ_idx=graph.succ_idx, in_degree=graph.in_degree, op_slot=op_slot,
+        work=graph.work, priority=graph.priority, samples=samples, n_slots=n_slots, slot_link=slot_link,
+        slot_sched=slot_sched, slot_cap=slot_cap, link_capacity=link_capacity, link_dir=link_dir, n_servers=M,
+        sharing=sharing, flow_cap=float(config.flow_cap_Bps or math.inf),
+        win_bytes=float(cluster.win_bytes) if config.transfer is Transfer.HTTP2 else math.inf,
+        sync=config.mode is not Mode.ASYNC, slot_host=slot_host, host_cores=host_cores,
+        trace_steps=config.trace_steps, trace_w=np.zeros((trace_cap, 3), dtype=np.int64),
+        trace_op=np.zeros(trace_cap, dtype=np.int64), trace_t=np.zeros((trace_cap, 2)),
+    )
+
+
+def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
+    """Simulate ``config.workers`` workers for ``config.steps`` steps each."""
+    from simulate.kernel import run_kernel
+
+    inputs = kernel_inputs(graph, cluster, config)
+    started = time.perf_counter()
+    step_start, step_end, op_events, n_trace = run_kernel(**inputs)
+    wall = time.perf_counter() - started
+    trace = None
+    if config.trace_steps:
+        tw, to, tt = inputs["trace_w"][:n_trace], inputs["trace_op"][:n_trace], inputs["trace_t"][:n_trace]
+        trace = {"worker": tw[:, 0], "step": tw[:, 1], "slot": tw[:, 2], "op": to, "start_s": tt[:, 0],
+                 "end_s": tt[:, 1]}
+    return SimRun(config, graph, step_start, step_end, int(op_events), wall, trace)

@@ -1,0 +1,521 @@
+"""The compiled event loop of the trace-generation simulation (ICPE Alg. 3.1, TPDS Alg. 1).
+
+The semantics are those of SPEC §3 ("precise semantics"); the data layout is chosen for
+speed:
+
+- One **chunk slot** per (worker, resource): ``g = w * n_slots + slot``, with slots ordered
+  DOWNLINK_0..M-1, WORKER, UPLINK_0..M-1, PS_0..M-1, so that ``g`` orders ties exactly as
+  SPEC's (time, worker, resource) rule. A slot runs at most one chunk.
+- An **indexed binary heap** over the busy slots, keyed by (finish time, g): O(log G) per
+  event, at most one entry per slot, no stale entries.
+- A chunk keeps its remaining work, its rate and the time both were last set. Rates
+  change only when a link's or a host's set of busy workers changes; then only the chunks
+  sharing that link (with several servers: that direction) or host are brought up to date
+  and re-keyed. Everything else is untouched.
+- Ready ops wait in a small binary heap per slot, keyed by (priority, sequence number): FIFO
+  when every priority is 0, TicTac-style ordering otherwise.
+
+Work is in bytes for transfers and in seconds for computation; a rate is bytes/s or
+seconds of work per second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+SCHED_FIFO, SCHED_HTTP2, SCHED_PRIORITY = 0, 1, 2
+SHARE_PS, SHARE_FCFS, SHARE_FLOW_CAP, SHARE_NONE = 0, 1, 2, 3
+
+# counters[...] indices
+_SEQ, _EVENT, _OP_EVENTS, _HLEN, _NPEND, _NDIRTY_L, _NDIRTY_H, _NTRACE, _DONE = range(9)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _before(ev_t, a, b):
+    ta = ev_t[a]
+    tb = ev_t[b]
+    return ta < tb or (ta == tb and a < b)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _sift_up(heap, hpos, ev_t, i):
+    g = heap[i]
+    while i > 0:
+        p = (i - 1) >> 1
+        q = heap[p]
+        if _before(ev_t, g, q):
+            heap[i] = q
+            hpos[q] = i
+            i = p
+        else:
+            break
+    heap[i] = g
+    hpos[g] = i
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _sift_down(heap, hpos, ev_t, i, n):
+    g = heap[i]
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _before(ev_t, heap[c + 1], heap[c]):
+            c += 1
+        q = heap[c]
+        if _before(ev_t, q, g):
+            heap[i] = q
+            hpos[q] = i
+            i = c
+        else:
+            break
+    heap[i] = g
+    hpos[g] = i
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _heap_set(heap, hpos, ev_t, counters, g, t):
+    """Insert slot ``g`` with finish time ``t``, or move it if present."""
+    i = hpos[g]
+    if i < 0:
+        n = counters[_HLEN]
+        heap[n] = g
+        hpos[g] = n
+        counters[_HLEN] = n + 1
+        ev_t[g] = t
+        _sift_up(heap, hpos, ev_t, n)
+    else:
+        old = ev_t[g]
+        ev_t[g] = t
+        if t < old:
+            _sift_up(heap, hpos, ev_t, i)
+        else:
+            _sift_down(heap, hpos, ev_t, i, counters[_HLEN])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _heap_remove(heap, hpos, ev_t, counters, g):
+    """Take slot ``g`` out of the heap."""
+    i = hpos[g]
+    n = counters[_HLEN] - 1
+    counters[_HLEN] = n
+    hpos[g] = -1
+    if i < n:
+        moved = heap[n]
+        heap[i] = moved
+        hpos[moved] = i
+        _sift_down(heap, hpos, ev_t, i, n)
+        _sift_up(heap, hpos, ev_t, hpos[moved])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _q_before(qp, qs, a, b):
+    return qp[a] < qp[b] or (qp[a] == qp[b] and qs[a] < qs[b])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _q_push(qp, qs, qo, qlen, qbase, g, prio, seq, op):
+    base = qbase[g]
+    i = qlen[g]
+    qlen[g] = i + 1
+    while i > 0:
+        p = (i - 1) >> 1
+        if qp[base + p] < prio or (qp[base + p] == prio and qs[base + p] < seq):
+            break
+        qp[base + i] = qp[base + p]
+        qs[base + i] = qs[base + p]
+        qo[base + i] = qo[base + p]
+        i = p
+    qp[base + i] = prio
+    qs[base + i] = seq
+    qo[base + i] = op
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _q_pop(qp, qs, qo, qlen, qbase, g):
+    base = qbase[g]
+    top = qo[base]
+    n = qlen[g] - 1
+    qlen[g] = n
+    if n > 0:
+        lp, ls, lo = qp[base + n], qs[base + n], qo[base + n]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and _q_before(qp, qs, base + c + 1, base + c):
+                c += 1
+            if qp[base + c] < lp or (qp[base + c] == lp and qs[base + c] < ls):
+                qp[base + i] = qp[base + c]
+                qs[base + i] = qs[base + c]
+                qo[base + i] = qo[base + c]
+                i = c
+            else:
+                break
+        qp[base + i] = lp
+        qs[base + i] = ls
+        qo[base + i] = lo
+    return top
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir, taken):
+    """Fraction of ``link``'s bandwidth that worker ``w`` gets (SPEC §3 Share)."""
+    if sharing == SHARE_NONE:
+        return 1.0
+    if sharing == SHARE_FCFS:
+        return 1.0 if link_list[link, 0] == w else 0.0
+    if n_servers == 1:
+        return 1.0 / link_n[link]
+    # Several servers (ICPE §5, generalised): the worker's shares across the servers of one
+    # direction add up to at most 1. Its most contended links take their equal share first.
+    d = link_dir[link]
+    left = 1.0
+    taken[:] = False
+    while True:
+        best = -1
+        best_n = -1
+        for m in range(n_servers):
+            other = d * n_servers + m
+            if member[other, w] and not taken[m]:
+                if link_n[other] > best_n:
+                    best_n = link_n[other]
+                    best = m
+        if best < 0:
+            return 0.0
+        taken[best] = True
+        share = 1.0 / best_n
+        if share > left:
+            share = left
+        if d * n_servers + best == link:
+            return share
+        left -= share
+
+
+
+@njit(cache=True, error_model="numpy")
+def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, n_slots, slot_link, slot_sched,
+               slot_cap, link_capacity, link_dir, n_servers, sharing, flow_cap, win_bytes, sync, slot_host,
+               host_cores, trace_steps, trace_w, trace_op, trace_t):
+    """Simulate every worker's steps; return (step_start, step_end, op_events, trace_count).
+
+    ``samples[w, k]`` is the profiled step that worker ``w`` replays as its k-th step.
+    Traces (chunks of each worker's first ``trace_steps`` steps) go to ``trace_*``.
+
+    Each event runs three phases. (1) The finished chunk's op releases its dependents
+    (in successor order) and its own slot takes its next chunk, as actions on a list that
+    the step logic may extend with the next step's roots. (2) Every action either queues
+    an op or starts a chunk; links and hosts whose set of busy workers changed are marked.
+    (3) The chunks on marked links and hosts, and the new chunks, get their rates and
+    finish times. Only phase (3) touches the event heap.
+    """
+    n_ops = in_degree.shape[0]
+    n_workers, n_steps = samples.shape
+    n_links = link_capacity.shape[0]
+    n_hosts = host_cores.shape[0]
+    G = n_workers * n_slots
+    roots = np.flatnonzero(in_degree == 0)
+
+    cur_op = np.full(G, -1, dtype=np.int64)
+    cur_last = np.zeros(G, dtype=np.bool_)
+    cur_rem = np.zeros(G)
+    cur_rate = np.zeros(G)
+    cur_t = np.zeros(G)
+    cur_t0 = np.zeros(G)
+    stamp = np.full(G, -1, dtype=np.int64)
+    heap = np.empty(G, dtype=np.int64)
+    hpos = np.full(G, -1, dtype=np.int64)
+    ev_t = np.full(G, np.inf)
+    slot_off = np.zeros(n_slots + 1, dtype=np.int64)
+    for s in range(n_slots):
+        slot_off[s + 1] = slot_off[s] + slot_cap[s]
+    qbase = np.empty(G, dtype=np.int64)
+    for w in range(n_workers):
+        for s in range(n_slots):
+            qbase[w * n_slots + s] = w * slot_off[n_slots] + slot_off[s]
+    qtotal = n_workers * slot_off[n_slots]
+    qp = np.empty(qtotal)
+    qs = np.empty(qtotal, dtype=np.int64)
+    qo = np.empty(qtotal, dtype=np.int64)
+    qlen = np.zeros(G, dtype=np.int64)
+    srem = np.zeros(n_workers * n_ops)
+    sserved = np.zeros(n_workers * n_ops, dtype=np.bool_)
+    waiting = np.empty(n_workers * n_ops, dtype=np.int64)
+    ops_left = np.zeros(n_workers, dtype=np.int64)
+    step_k = np.zeros(n_workers, dtype=np.int64)
+    step_start = np.zeros((n_workers, n_steps))
+    step_end = np.zeros((n_workers, n_steps))
+    L = max(n_links, 1)
+    link_list = np.zeros((L, n_workers), dtype=np.int64)
+    link_n = np.zeros(L, dtype=np.int64)
+    member = np.zeros((L, n_workers), dtype=np.bool_)
+    link_mark = np.zeros(L, dtype=np.bool_)
+    link_slot = np.zeros(L, dtype=np.int64)
+    for s in range(n_slots):
+        if slot_link[s] >= 0:
+            link_slot[slot_link[s]] = s
+    taken = np.zeros(max(n_servers, 1), dtype=np.bool_)
+    H = max(n_hosts, 1)
+    host_list = np.zeros((H, G), dtype=np.int64)
+    host_n = np.zeros(H, dtype=np.int64)
+    host_pos = np.full(G, -1, dtype=np.int64)
+    host_mark = np.zeros(H, dtype=np.bool_)
+    coupled = n_servers > 1 and (sharing == SHARE_PS or sharing == SHARE_FLOW_CAP)
+    # Actions of one event: kind 0 = op ready, kind 1 = slot free to take its next chunk.
+    cap_act = n_workers * (roots.shape[0] + 2) + n_ops + 2
+    act_kind = np.zeros(cap_act, dtype=np.int64)
+    act_w = np.zeros(cap_act, dtype=np.int64)
+    act_x = np.zeros(cap_act, dtype=np.int64)
+    pend = np.zeros(G, dtype=np.int64)
+    counters = np.zeros(9, dtype=np.int64)
+    trace_cap = trace_w.shape[0]
+    seq = 0
+    op_events = 0
+    n_trace = 0
+    done = 0
+    event = 0
+
+    now = 0.0
+    n_act = 0
+    for w in range(n_workers):  # every worker starts its first step at time 0
+        waiting[w * n_ops:(w + 1) * n_ops] = in_degree
+        ops_left[w] = n_ops
+        for r in roots:
+            act_kind[n_act] = 0
+            act_w[n_act] = w
+            act_x[n_act] = r
+            n_act += 1
+    ev_w = -1  # the worker whose chunk just finished (-1: the initial pseudo-event)
+    ev_g = -1
+
+    while True:
+        # ---- phase 2: carry out the actions
+        n_pend = 0
+        i = 0
+        step_checked = ev_w < 0
+        while True:
+            while i < n_act:
+                w = act_w[i]
+                kind = act_kind[i]
+                to_start = -1
+                if kind == 0:
+                    op = act_x[i]
+                    slot = op_slot[op]
+                    g = w * n_slots + slot
+                    if slot_link[slot] >= 0:
+                        srem[w * n_ops + op] = work[samples[w, step_k[w]], op]
+                        sserved[w * n_ops + op] = False
+                    if cur_op[g] >= 0 or qlen[g] > 0:
+                        prio = priority[op] if slot_sched[slot] == SCHED_PRIORITY else 0.0
+                        _q_push(qp, qs, qo, qlen, qbase, g, prio, seq, op)
+                        seq += 1
+                    else:
+                        to_start = op
+                else:
+                    slot = act_x[i]
+                    g = w * n_slots + slot
+                    if cur_op[g] < 0:
+                        if qlen[g] > 0:
+                            to_start = _q_pop(qp, qs, qo, qlen, qbase, g)
+                        else:
+                            link = slot_link[slot]
+                            if link >= 0:
+                                # The worker leaves the link; the others keep their order (FCFS).
+                                n = link_n[link]
+                                pos = 0
+                                while link_list[link, pos] != w:
+                                    pos += 1
+                                for j in range(pos, n - 1):
+                                    link_list[link, j] = link_list[link, j + 1]
+                                link_n[link] = n - 1
+                                member[link, w] = False
+                                link_mark[link] = True
+                            else:
+                                h = slot_host[g]
+                                if h >= 0:
+                                    pos = host_pos[g]
+                                    moved = host_list[h, host_n[h] - 1]
+                                    host_list[h, pos] = moved
+                                    host_pos[moved] = pos
+                                    host_n[h] -= 1
+                                    host_pos[g] = -1
+                                    host_mark[h] = True
+                if to_start >= 0:
+                    op = to_start
+                    link = slot_link[slot]
+                    last = True
+                    if link >= 0:
+                        k = w * n_ops + op
+                        rem = srem[k]
+                        if slot_sched[slot] == SCHED_HTTP2 and not sserved[k] and rem > win_bytes:
+                            # ICPE Fig. 12: the first service sends one window; the stream goes to
+                            # the back of the queue as this chunk is taken (SPEC §3), and its second
+                            # service sends the rest.
+                            chunk = win_bytes
+                            sserved[k] = True
+                            srem[k] = rem - win_bytes
+                            last = False
+                            _q_push(qp, qs, qo, qlen, qbase, g, 0.0, seq, op)
+                            seq += 1
+                        else:
+                            chunk = rem
+                            srem[k] = 0.0
+                        if not member[link, w]:
+                            member[link, w] = True
+                            link_list[link, link_n[link]] = w
+                            link_n[link] += 1
+                            link_mark[link] = True
+                    else:
+                        chunk = work[samples[w, step_k[w]], op]
+                        h = slot_host[g]
+                        if h >= 0 and host_pos[g] < 0:
+                            host_pos[g] = host_n[h]
+                            host_list[h, host_n[h]] = g
+                            host_n[h] += 1
+                            host_mark[h] = True
+                    cur_op[g] = op
+                    cur_last[g] = last
+                    cur_rem[g] = chunk
+                    cur_rate[g] = 0.0
+                    cur_t[g] = now
+                    cur_t0[g] = now
+                    pend[n_pend] = g
+                    n_pend += 1
+                i += 1
+            if step_checked:
+                break
+            step_checked = True
+            w = ev_w
+            if ops_left[w] == 0:
+                k = step_k[w]
+                step_end[w, k] = now
+                step_k[w] = k + 1
+                first, count = w, 0
+                if not sync:
+                    if k + 1 < n_steps:
+                        count = 1
+                else:
+                    done += 1
+                    if done == n_workers and k + 1 < n_steps:
+                        done = 0
+                        first, count = 0, n_workers
+                for v in range(first, first + count):
+                    waiting[v * n_ops:(v + 1) * n_ops] = in_degree
+                    ops_left[v] = n_ops
+                    step_start[v, step_k[v]] = now
+                    for r in roots:
+                        act_kind[n_act] = 0
+                        act_w[n_act] = v
+                        act_x[n_act] = r
+                        n_act += 1
+
+        if ev_w >= 0 and cur_op[ev_g] < 0:
+            _heap_remove(heap, hpos, ev_t, counters, ev_g)
+
+        # ---- phase 3: settle rates where the set of busy workers changed, and for new chunks
+        event += 1
+        for j in range(n_pend):
+            stamp[pend[j]] = event
+        if coupled:
+            for link in range(n_links):
+                if link_mark[link]:
+                    # Shares are coupled across the servers of one direction (ICPE §5).
+                    d = link_dir[link]
+                    for m in range(n_servers):
+                        link_mark[d * n_servers + m] = True
+        n_rr = n_pend
+        for link in range(n_links):
+            if link_mark[link]:
+                link_mark[link] = False
+                s = link_slot[link]
+                for j in range(link_n[link]):
+                    g = link_list[link, j] * n_slots + s
+                    if stamp[g] != event:
+                        stamp[g] = event
+                        pend[n_rr] = g
+                        n_rr += 1
+        for h in range(n_hosts):
+            if host_mark[h]:
+                host_mark[h] = False
+                for j in range(host_n[h]):
+                    g = host_list[h, j]
+                    if stamp[g] != event:
+                        stamp[g] = event
+                        pend[n_rr] = g
+                        n_rr += 1
+        for j in range(n_rr):
+            g = pend[j]
+            rem = cur_rem[g]
+            elapsed = now - cur_t[g]
+            if elapsed > 0.0:
+                rem -= cur_rate[g] * elapsed
+                if rem < 0.0:
+                    rem = 0.0
+            w = g // n_slots
+            slot = g - w * n_slots
+            link = slot_link[slot]
+            if link >= 0:
+                rate = link_capacity[link] * _link_share(w, link, link_n, link_list, member, sharing, n_servers,
+                                                         link_dir, taken)
+                if sharing == SHARE_FLOW_CAP and rate > flow_cap:
+                    rate = flow_cap
+            else:
+                rate = 1.0
+                h = slot_host[g]
+                if h >= 0 and host_n[h] > host_cores[h]:
+                    rate = host_cores[h] / host_n[h]
+            cur_rem[g] = rem
+            cur_rate[g] = rate
+            cur_t[g] = now
+            if rem <= 0.0:
+                t = now
+            elif rate > 0.0:
+                t = now + rem / rate
+            else:
+                t = np.inf
+            _heap_set(heap, hpos, ev_t, counters, g, t)
+
+        # ---- phase 1: the next chunk to finish
+        if counters[_HLEN] == 0:
+            break
+        g = heap[0]
+        if ev_t[g] == np.inf:
+            break  # nothing can progress (cannot happen with the sharing models here)
+        # The finished slot stays in the heap: if it takes a new chunk, phase 3 re-keys it in
+        # place (one sift instead of a pop and a push); if it goes idle, it is removed then.
+        now = ev_t[g]
+        w = g // n_slots
+        slot = g - w * n_slots
+        op = cur_op[g]
+        k = step_k[w]
+        if k < trace_steps and n_trace < trace_cap:
+            trace_w[n_trace, 0] = w
+            trace_w[n_trace, 1] = k
+            trace_w[n_trace, 2] = slot
+            trace_op[n_trace] = op
+            trace_t[n_trace, 0] = cur_t0[g]
+            trace_t[n_trace, 1] = now
+            n_trace += 1
+        cur_op[g] = -1
+        n_act = 0
+        if cur_last[g]:
+            ops_left[w] -= 1
+            op_events += 1
+            for e in range(succ_ptr[op], succ_ptr[op + 1]):
+                d = succ_idx[e]
+                j = w * n_ops + d
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    act_kind[n_act] = 0
+                    act_w[n_act] = w
+                    act_x[n_act] = d
+                    n_act += 1
+        act_kind[n_act] = 1
+        act_w[n_act] = w
+        act_x[n_act] = slot
+        n_act += 1
+        ev_w = w
+        ev_g = g
+    return step_start, step_end, op_events, n_trace

@@ -1,0 +1,220 @@
+"""Turn a profile and a cluster into the graph the engine replays (ICPE §3.4, §5; SPEC §2-3).
+
+Preparation is where the model's assumptions become data:
+
+- **Parsing overhead split** (ICPE §3.4): every transfer of ``size`` bytes becomes a
+  transfer taking ``size / B`` on its link, followed by a computation op of
+  ``alpha * size + beta`` seconds on the receiver (WORKER for a downlink, the server's PS
+  for an uplink) that the transfer's former dependents now wait for. With zero overhead
+  no extra op is added: a zero-length op could still queue behind others and change
+  the result.
+- **Parameter-server what-if** (ICPE §5): re-partition the variables over ``servers`` PS
+  tasks with TensorFlow's greedy rule (each variable, in creation order, to the server
+  holding the fewest bytes; ties to the lowest index) and move every op that reads,
+  updates or carries a variable to its new server.
+- **All-reduce** (TPDS §3.2.2): downlinks carry nothing and every uplink carries
+  ``2 (K - 1) / K * size`` bytes at the full link rate.
+
+The result, :class:`SimGraph`, keeps ops in topological order with CSR successors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import numpy as np
+
+from tfprofile.dag import OpGraph, Profile, Resource
+from tfsim.errors import UsageError
+
+from simulate.cluster import ClusterModel
+from simulate.config import Mode
+
+KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SimGraph:
+    """The op DAG as the engine replays it.
+
+    Attributes (length ``n_ops`` unless stated):
+        resource, server: as in :class:`~tfprofile.dag.OpGraph` (server -1 for WORKER).
+        kind: KIND_COMPUTE, KIND_TRANSFER or KIND_OVERHEAD.
+        origin: index of the profile op each op comes from (an overhead op: its transfer's).
+        succ_ptr, succ_idx: CSR successors, ascending; in_degree: predecessor counts.
+        work: (S, n_ops) bytes for transfers, seconds for computation, per profiled step.
+        priority: transfer priority (lower first) for the priority scheduler; inf if none.
+        n_servers: parameter servers M; batch_size: examples per worker step.
+    """
+
+    resource: np.ndarray
+    server: np.ndarray
+    kind: np.ndarray
+    origin: np.ndarray
+    succ_ptr: np.ndarray
+    succ_idx: np.ndarray
+    in_degree: np.ndarray
+    work: np.ndarray
+    priority: np.ndarray
+    n_servers: int
+    batch_size: int
+    names: np.ndarray
+
+    @property
+    def n_ops(self) -> int:
+        return len(self.resource)
+
+    @property
+    def n_steps(self) -> int:
+        return self.work.shape[0]
+
+    def link_bytes_per_step(self) -> np.ndarray:
+        """(2, M) bytes per step on each link: row 0 downlinks, row 1 uplinks, per server."""
+        out = np.zeros((2, self.n_servers))
+        for row, res in enumerate((Resource.DOWNLINK, Resource.UPLINK)):
+            mask = self.resource == res
+            np.add.at(out[row], self.server[mask], self.work[0, mask])
+        return out
+
+
+def greedy_partition(sizes_bytes: np.ndarray, servers: int) -> np.ndarray:
+    """TensorFlow's greedy PS placement: variable i (in creation order) goes to the server
+    with the fewest bytes so far, ties to the lowest index. Returns each variable's server."""
+    loads = np.zeros(servers)
+    out = np.empty(len(sizes_bytes), dtype=np.int16)
+    for i, size in enumerate(sizes_bytes):
+        m = int(np.argmin(loads))  # argmin returns the first minimum: the lowest index wins ties
+        out[i] = m
+        loads[m] += size
+    return out
+
+
+def repartition_servers(profile: Profile, servers: int) -> np.ndarray:
+    """Each op's server after re-partitioning the variables over ``servers`` PS tasks.
+
+    Ops that carry a variable follow it; PS ops and transfers without one (control tokens,
+    the learning rate, the global-step update's constant) take the server of their first
+    server-side neighbour that has one, in topological order, else server 0.
+    """
+    graph = profile.graph
+    if servers < 1:
+        raise UsageError("--ps", f"needs at least 1 parameter server, not {servers}")
+    if len(profile.variables) == 0:
+        raise UsageError("--ps", "re-partitioning needs the profile's variable table (variables.json)")
+    var_server = greedy_partition(profile.variables.size_bytes, servers)
+    new = np.where(graph.resource == Resource.WORKER, -1, 0).astype(np.int16)
+    has_var = graph.variable >= 0
+    new[has_var & (graph.resource != Resource.WORKER)] = var_server[graph.variable[has_var & (
+        graph.resource != Resource.WORKER)]]
+    assigned = has_var | (graph.resource == Resource.WORKER)
+    on_server = graph.resource != Resource.WORKER
+    for op in range(graph.n_ops):  # predecessors first: ops are in topological order
+        if assigned[op] or not on_server[op]:
+            continue
+        neighbours = np.concatenate([graph.predecessors(op), graph.successors(op)])
+        for m in neighbours:
+            if on_server[m] and assigned[m]:
+                new[op] = new[m]
+                break
+        assigned[op] = True
+    return new
+
+
+def _priorities(graph: OpGraph, priorities: Mapping[str, float] | np.ndarray | None) -> np.ndarray:
+    out = np.full(graph.n_ops, np.inf)
+    if priorities is None:
+        return out
+    if isinstance(priorities, np.ndarray):
+        if priorities.shape != (graph.n_ops,):
+            raise UsageError("priorities", f"need one priority per op ({graph.n_ops}), not {priorities.shape}")
+        return priorities.astype(np.float64)
+    links = np.isin(graph.resource, [Resource.DOWNLINK, Resource.UPLINK])
+    for name, value in priorities.items():
+        op = graph.index.get(name)
+        if op is None or not links[op]:
+            raise UsageError("priorities", f"{name!r} is not a transfer of this profile")
+        out[op] = float(value)
+    return out
+
+
+def prepare(
+    profile: Profile,
+    cluster: ClusterModel,
+    *,
+    workers: int = 1,
+    mode: Mode = Mode.ASYNC,
+    servers: int | None = None,
+    priorities: Mapping[str, float] | np.ndarray | None = None,
+) -> SimGraph:
+    """Build the :class:`SimGraph` for ``profile`` on ``cluster`` (see the module docstring).
+
+    ``servers`` re-partitions the variables over that many PS tasks (None: as profiled).
+    ``priorities`` maps transfer names (or gives one value per profile op) to priorities.
+    """
+    graph = profile.graph
+    server = graph.server.copy()
+    n_servers = max(graph.n_servers, 1)
+    if servers is not None and servers != graph.n_servers:
+        server = repartition_servers(profile, servers)
+        n_servers = servers
+    prio = _priorities(graph, priorities)
+
+    is_down = graph.resource == Resource.DOWNLINK
+    is_up = graph.resource == Resource.UPLINK
+    size = graph.size_bytes.astype(np.float64)
+    overhead = np.zeros(graph.n_ops)
+    overhead[is_down] = cluster.overhead_downlink.seconds(size[is_down])
+    overhead[is_up] = cluster.overhead_uplink.seconds(size[is_up])
+    if mode is Mode.ALLREDUCE:
+        size = np.where(is_down, 0.0, size)
+        size = np.where(is_up, 2.0 * (workers - 1) / workers * size, size)
+        overhead[is_down] = 0.0
+    split = overhead > 0
+
+    # New numbering: each overhead op right after its transfer keeps the order topological.
+    n_old = graph.n_ops
+    new_pos = np.arange(n_old) + np.concatenate([[0], np.cumsum(split)[:-1]])
+    n_new = n_old + int(split.sum())
+    over_pos = new_pos[split] + 1
+    resource = np.empty(n_new, dtype=np.int8)
+    new_server = np.empty(n_new, dtype=np.int16)
+    kind = np.empty(n_new, dtype=np.int8)
+    origin = np.empty(n_new, dtype=np.int64)
+    resource[new_pos] = graph.resource
+    new_server[new_pos] = server
+    kind[new_pos] = np.where(is_down | is_up, KIND_TRANSFER, KIND_COMPUTE)
+    origin[new_pos] = np.arange(n_old)
+    resource[over_pos] = np.where(is_down[split], Resource.WORKER, Resource.PS)
+    new_server[over_pos] = np.where(is_down[split], -1, server[split])
+    kind[over_pos] = KIND_OVERHEAD
+    origin[over_pos] = np.flatnonzero(split)
+
+    # Edges: a split transfer's successors now hang off its overhead op.
+    src_old = np.repeat(np.arange(n_old), np.diff(graph.succ_ptr))
+    dst_old = graph.succ_idx
+    src = np.where(split[src_old], new_pos[src_old] + 1, new_pos[src_old])
+    dst = new_pos[dst_old]
+    src = np.concatenate([src, new_pos[split]])
+    dst = np.concatenate([dst, over_pos])
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    succ_ptr = np.zeros(n_new + 1, dtype=np.int64)
+    np.add.at(succ_ptr, src + 1, 1)
+    succ_ptr = np.cumsum(succ_ptr)
+    in_degree = np.bincount(dst, minlength=n_new).astype(np.int64)
+
+    work = np.empty((profile.n_steps, n_new))
+    compute_work = np.where(is_down | is_up, size[None, :], profile.duration_s)
+    work[:, new_pos] = compute_work
+    work[:, over_pos] = overhead[split][None, :]
+    priority = np.full(n_new, np.inf)
+    priority[new_pos] = prio
+    names = np.empty(n_new, dtype=object)
+    names[new_pos] = graph.name
+    names[over_pos] = np.char.add(graph.name[split].astype(str), "/parse")
+    return SimGraph(
+        resource=resource, server=new_server, kind=kind, origin=origin, succ_ptr=succ_ptr,
+        succ_idx=dst.astype(np.int64), in_degree=in_degree, work=np.ascontiguousarray(work), priority=priority,
+        n_servers=n_servers, batch_size=profile.batch_size, names=names.astype(str),
+    )

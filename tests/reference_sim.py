@@ -1,0 +1,216 @@
+"""A literal, slow transcription of ICPE Alg. 3.1 / TPDS Alg. 1, kept as the oracle.
+
+It follows the pseudo-code line by line, with SPEC §3's precise semantics where the
+pseudo-code is ambiguous, and nothing clever: every iteration recomputes every chunk's
+share, takes the chunk with the smallest ``remaining / rate`` (ties by worker, then
+resource), and advances every other chunk by that time. It shares no code with the
+compiled engine apart from the prepared graph it replays.
+
+``numeric`` may be ``float`` or ``fractions.Fraction`` (exact arithmetic).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tfprofile.dag import Resource
+
+from simulate.cluster import ClusterModel
+from simulate.config import Mode, Sharing, SimConfig, Transfer
+
+
+@dataclass
+class Chunk:
+    worker: int
+    resource: tuple  # (order, name, server) so that sorting tuples gives SPEC's tie order
+    op: int
+    remaining: object
+    is_last: bool
+
+
+@dataclass
+class Scheduler:
+    """Ops of one worker waiting for one resource: (key, seq, op) entries."""
+
+    items: list = field(default_factory=list)
+
+    def __bool__(self):
+        return bool(self.items)
+
+
+def _resource_key(resource: int, server: int) -> tuple:
+    order = {Resource.DOWNLINK: 0, Resource.WORKER: 1, Resource.UPLINK: 2, Resource.PS: 3}[Resource(resource)]
+    return (order, max(server, 0) if resource != Resource.WORKER else 0)
+
+
+def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float):
+    """Return (step_start, step_end) as lists of lists, one row per worker."""
+    W, N = config.workers, config.steps
+    M = graph.n_servers
+    rng = np.random.default_rng(config.seed)
+    samples = rng.integers(0, graph.n_steps, size=(W, N))
+    succ = [list(graph.succ_idx[graph.succ_ptr[i]:graph.succ_ptr[i + 1]]) for i in range(graph.n_ops)]
+    n_preds = [int(x) for x in graph.in_degree]
+    res_of = [_resource_key(int(graph.resource[i]), int(graph.server[i])) for i in range(graph.n_ops)]
+    is_link = [int(graph.resource[i]) in (Resource.DOWNLINK, Resource.UPLINK) for i in range(graph.n_ops)]
+    roots = [i for i in range(graph.n_ops) if n_preds[i] == 0]
+    capacity = {(0, m): numeric(cluster.downlink_Bps) for m in range(M)}
+    capacity.update({(2, m): numeric(cluster.uplink_Bps) for m in range(M)})
+    win = cluster.win_bytes
+    flow_cap = numeric(config.flow_cap_Bps) if config.flow_cap_Bps else None
+    sharing = None if config.mode is Mode.ALLREDUCE else config.sharing
+    hosts = config.colocation
+
+    scheduler = {(w, r): Scheduler() for w in range(W) for r in set(res_of)}
+    stream_left = {}
+    served_once = set()
+    waiting = {}
+    ops_left = [0] * W
+    step = [0] * W
+    step_start = [[None] * N for _ in range(W)]
+    step_end = [[None] * N for _ in range(W)]
+    active = {key: [] for key in capacity}  # workers using each link, in activation order
+    Q: list[Chunk] = []
+    seq = [0]
+    now = numeric(0)
+    done = [0]
+
+    def work_of(w, op):
+        return numeric(float(graph.work[samples[w][step[w]], op]))
+
+    def share(chunk):
+        """Fraction of the resource this chunk gets (TPDS Alg. 1 SHARE, SPEC §3)."""
+        order, m = chunk.resource
+        if order in (0, 2):
+            if sharing is None:
+                return numeric(1)
+            members = active[(order, m)]
+            if sharing is Sharing.FCFS:
+                return numeric(1) if members[0] == chunk.worker else numeric(0)
+            if M == 1:
+                return numeric(1) / len(members)
+            # ICPE §5, generalised: most contended first, the worker's total at most 1.
+            mine = sorted(((len(active[(order, k)]), -k) for k in range(M) if chunk.worker in active[(order, k)]),
+                          reverse=True)
+            left = numeric(1)
+            for n, negk in mine:
+                s = min(numeric(1) / n, left)
+                if -negk == m:
+                    return s
+                left -= s
+            raise AssertionError("worker not active on its own link")
+        if hosts is None:
+            return numeric(1)
+        host = hosts.worker_host[chunk.worker] if order == 1 else hosts.server_host[m]
+        busy = sum(1 for x in Q if x.resource[0] in (1, 3) and
+                   (hosts.worker_host[x.worker] if x.resource[0] == 1 else hosts.server_host[x.resource[1]]) == host)
+        cores = numeric(hosts.cores[host])
+        return min(numeric(1), cores / busy)
+
+    def rate(chunk):
+        order, m = chunk.resource
+        s = share(chunk)
+        if order in (0, 2):
+            r = capacity[(order, m)] * s
+            if flow_cap is not None and sharing is Sharing.FLOW_CAP:
+                r = min(r, flow_cap)
+            return r
+        return s
+
+    def using(w, r):
+        """SPEC: scheduler[w, r] 'not empty' = a chunk in service or ops queued."""
+        return bool(scheduler[(w, r)]) or any(x.worker == w and x.resource == r for x in Q)
+
+    def remove_chunk(w, r):
+        """Take the next chunk of the scheduler (and put a split stream back at once)."""
+        items = scheduler[(w, r)].items
+        items.sort()
+        _, _, op = items.pop(0)
+        if not is_link[op]:
+            return Chunk(w, r, op, work_of(w, op), True)
+        left = stream_left[(w, op)]
+        if (config.transfer is Transfer.HTTP2 and (w, op) not in served_once and win != math.inf
+                and left > numeric(win)):
+            served_once.add((w, op))
+            stream_left[(w, op)] = left - numeric(win)
+            items.append((0, seq[0], op))
+            seq[0] += 1
+            return Chunk(w, r, op, numeric(win), False)
+        return Chunk(w, r, op, left, True)
+
+    def add(w, op):
+        r = res_of[op]
+        key = float(graph.priority[op]) if (config.transfer is Transfer.PRIORITY and is_link[op]) else 0
+        scheduler[(w, r)].items.append((key, seq[0], op))
+        seq[0] += 1
+
+    def start(w, op):
+        r = res_of[op]
+        if is_link[op]:
+            stream_left[(w, op)] = work_of(w, op)
+            served_once.discard((w, op))
+        if using(w, r):
+            add(w, op)  # just queue it
+        else:
+            if r[0] in (0, 2):
+                active[r].append(w)  # w becomes active
+            add(w, op)
+            Q.append(remove_chunk(w, r))
+
+    def start_step(w):
+        step_start[w][step[w]] = now
+        for op in range(graph.n_ops):
+            waiting[(w, op)] = n_preds[op]
+        ops_left[w] = graph.n_ops
+        for op in roots:
+            start(w, op)
+
+    for w in range(W):
+        start_step(w)
+
+    while Q:
+        etas = []
+        for x in Q:
+            r = rate(x)
+            if x.remaining <= 0:
+                eta = numeric(0)
+            elif r > 0:
+                eta = x.remaining / r
+            else:
+                eta = math.inf
+            etas.append((eta, x.worker, x.resource, x))
+        etas.sort(key=lambda e: (e[0], e[1], e[2]))
+        eta, w, r, nxt = etas[0]
+        rates = {id(x): rate(x) for x in Q}
+        now = now + eta
+        for x in Q:
+            if x is not nxt:
+                x.remaining -= eta * rates[id(x)]
+        Q.remove(nxt)
+        if nxt.is_last:
+            ops_left[w] -= 1
+            for d in succ[nxt.op]:
+                waiting[(w, d)] -= 1
+                if waiting[(w, d)] == 0:
+                    start(w, d)
+        if not any(x.worker == w and x.resource == r for x in Q):
+            if scheduler[(w, r)]:
+                Q.append(remove_chunk(w, r))
+            elif r[0] in (0, 2):
+                active[r].remove(w)
+        if ops_left[w] == 0:
+            step_end[w][step[w]] = now
+            step[w] += 1
+            if config.mode is Mode.ASYNC:
+                if step[w] < N:
+                    start_step(w)
+            else:
+                done[0] += 1
+                if done[0] == W and step[w] < N:
+                    done[0] = 0
+                    for v in range(W):
+                        start_step(v)
+    return step_start, step_end
