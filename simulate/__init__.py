@@ -1,0 +1,1 @@
+"""Throughput prediction: the trace-generation simulator and the coarse analytical baselines."""
