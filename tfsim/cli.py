@@ -23,6 +23,9 @@ from a 1-PS/1-worker profiling run.
 workflow:
   tfsim collect   run a real 1-PS/1-worker TF1 job here and trace it
   tfsim profile   turn the traces into an op DAG profile; summarise a profile
+  tfsim order     TicTac transfer priorities (TIC, TAC) and scheduling efficiency
+  tfsim predict   simulate the job on W workers and M servers: throughput table and plot
+  tfsim demo      all of the above on the bundled real data, in one command
 """
 
 
@@ -149,9 +152,88 @@ def _run_profile(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------- predict
+
+def _add_predict(sub) -> None:
+    p = sub.add_parser(
+        "predict", help="simulate the job on W workers: throughput table and plot",
+        description="Replay a 1-worker profile for W workers (and M parameter servers) with the trace-generation "
+                    "simulation of ICPE Alg. 3.1 and report throughput (examples/s, summed over workers) with a "
+                    "95%% confidence interval, step times and link utilisation, one row per configuration.",
+        epilog="Rates: 1gbit, 100mbit, 10Gbps (bits/s) or 125MB/s, 1.25e8 (bytes/s). Lists: --workers 1-16 or "
+               "1,2,4,8; --transfer http2,fifo; --sharing ps,fcfs.",
+    )
+    p.add_argument("profile", type=Path, metavar="PROFILE")
+    p.add_argument("--cluster", type=Path, metavar="CLUSTER.json", help="calibrated cluster (tfsim calibrate)")
+    p.add_argument("--bandwidth", metavar="RATE",
+                   help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
+                        "so); with --cluster: a what-if at this bandwidth")
+    p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    p.add_argument("--ps", dest="servers", type=_positive_int, metavar="M",
+                   help="re-partition the variables over M parameter servers with TensorFlow's greedy rule "
+                        "(default: as profiled)")
+    p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"), help="default: async")
+    p.add_argument("--sharing", default="ps", help="link sharing: ps, fcfs, hybrid, flow_cap (default: ps)")
+    p.add_argument("--transfer", default="http2", help="transfer scheduler(s): http2, fifo, or the name of a "
+                                                        "--priorities file's order (default: http2)")
+    p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
+                   help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
+                        "(default NAME: the file's stem). Repeatable.")
+    p.add_argument("--flow-cap", metavar="RATE", help="per-flow cap for --sharing flow_cap")
+    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
+    p.add_argument("--steps", type=_positive_int, default=1000, help="steps per worker (default: 1000)")
+    p.add_argument("--warmup", type=_non_negative_int, default=50, help="steps dropped per worker (default: 50)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--ci-target", type=float, metavar="F",
+                   help="double the steps until the 95%% half-width is below F x throughput")
+    p.add_argument("--jobs", type=_positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="write the table as tfsim.prediction/1 JSON")
+    p.add_argument("--csv", type=Path, metavar="OUT.csv", help="write the table as CSV")
+    p.add_argument("--plot", type=Path, metavar="OUT.png", help="plot throughput against W")
+    p.add_argument("--trace-out", type=Path, metavar="OUT.json",
+                   help="write a Chrome trace (Perfetto, chrome://tracing) of a simulated run")
+    p.add_argument("--trace-workers", type=_positive_int, help="workers in the traced run (default: the largest W)")
+    p.add_argument("--trace-steps", type=_positive_int, default=3, help="steps per worker in the trace (default: 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_run_predict)
+
+
+def _run_predict(args) -> int:
+    from tfsim import prediction
+
+    return prediction.run_cli(args)
+
+
+# ---------------------------------------------------------------------------- demo
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser(
+        "demo", help="the whole pipeline on the bundled real data",
+        description="Summarise the bundled real profiles, predict the sweep over W, and write the tables and "
+                    "plots to a directory. Needs neither TensorFlow nor a network.",
+    )
+    p.add_argument("--out", type=Path, default=Path("tfsim-demo"), help="output directory (default: tfsim-demo)")
+    p.add_argument("--data", type=Path, help="the bundled data directory (default: the project's data/)")
+    p.add_argument("--steps", type=_positive_int, default=400, help="steps per worker (default: 400)")
+    p.add_argument("--jobs", type=_positive_int, help="parallel processes (default: the machine's cores)")
+    p.set_defaults(handler=_run_demo)
+
+
+def _run_demo(args) -> int:
+    from tfsim import demo
+
+    return demo.run_cli(args)
+
+
 # ---------------------------------------------------------------------------- main
 
-_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile)
+def _add_order(sub) -> None:
+    from tfprofile import order_cli
+
+    order_cli.add_parser(sub)
+
+
+_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_order, _add_predict, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
