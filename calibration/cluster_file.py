@@ -1,0 +1,89 @@
+"""``CLUSTER.json``: a calibrated cluster, format ``tfsim.cluster/1`` (SPEC §7).
+
+Required keys: ``format``, ``bandwidth_Bps`` (``downlink``, ``uplink``: bytes/s),
+``win_bytes`` (HTTP/2 window of ICPE's model; ``null`` for unlimited),
+``alpha_s_per_byte`` and ``beta_s`` (parsing overhead). Optional: ``overhead`` with
+``downlink``/``uplink`` objects holding their own ``alpha_s_per_byte``/``beta_s`` where the
+two directions differ; ``default_transfer``; ``http2_model_error`` and
+``transfer_model_error`` (written by ``tfsim calibrate``); ``provenance``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from tfsim.errors import InputError, UsageError
+from tfsim.fileio import write_json
+
+from simulate.cluster import ClusterModel, Overhead
+
+CLUSTER_FORMAT = "tfsim.cluster/1"
+
+
+class ClusterFormatError(InputError):
+    """A CLUSTER.json that is not a tfsim cluster file of a supported version."""
+
+
+def _number(path, data: dict, key: str, *, allow_none: bool = False) -> float:
+    value = data.get(key)
+    if value is None and allow_none:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ClusterFormatError(path, f"{key} must be a finite number, not {value!r}")
+    return float(value)
+
+
+def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
+    """Build a :class:`ClusterModel` from the parsed JSON object."""
+    if not isinstance(data, dict):
+        raise ClusterFormatError(source, "must hold a JSON object")
+    fmt = data.get("format")
+    if fmt != CLUSTER_FORMAT:
+        raise ClusterFormatError(source, f"format {fmt!r} is not supported; this tfsim reads {CLUSTER_FORMAT!r}")
+    bandwidth = data.get("bandwidth_Bps")
+    if not isinstance(bandwidth, dict):
+        raise ClusterFormatError(source, "bandwidth_Bps must be an object with downlink and uplink")
+    down, up = _number(source, bandwidth, "downlink"), _number(source, bandwidth, "uplink")
+    win = _number(source, data, "win_bytes", allow_none=True)
+    alpha, beta = _number(source, data, "alpha_s_per_byte"), _number(source, data, "beta_s")
+    per_direction = data.get("overhead") or {}
+    try:
+        overheads = {}
+        for direction in ("downlink", "uplink"):
+            entry = per_direction.get(direction) or {}
+            overheads[direction] = Overhead(
+                _number(source, entry, "alpha_s_per_byte") if "alpha_s_per_byte" in entry else alpha,
+                _number(source, entry, "beta_s") if "beta_s" in entry else beta)
+        return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
+                            overhead_uplink=overheads["uplink"], calibrated=True, source=str(source))
+    except UsageError as err:
+        raise ClusterFormatError(source, err.problem) from None
+    except AttributeError:
+        raise ClusterFormatError(source, "overhead must map downlink/uplink to objects") from None
+
+
+def load_cluster(path: str | os.PathLike) -> ClusterModel:
+    """Read a CLUSTER.json; :class:`ClusterFormatError` if it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ClusterFormatError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ClusterFormatError(path, f"not valid JSON ({exc})") from None
+    return cluster_from_dict(data, str(path))
+
+
+def load_cluster_dict(path: str | os.PathLike) -> dict:
+    """The raw JSON object of a CLUSTER.json (checked to be one), for reports."""
+    load_cluster(path)
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def save_cluster(data: dict, path: str | os.PathLike) -> None:
+    """Check ``data`` describes a valid cluster, then write it atomically."""
+    cluster_from_dict(data, str(path))
+    write_json(path, data)

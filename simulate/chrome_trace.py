@@ -1,0 +1,96 @@
+"""Write a simulated run as Chrome trace JSON (Perfetto, chrome://tracing).
+
+Layout: one process per node, one lane (thread) per resource.
+
+- ``worker w``: lanes ``WORKER`` (computation, parsing of received tensors included) and one
+  ``DOWNLINK``/``UPLINK`` lane per server (the worker's streams on that link);
+- ``ps m``: one lane per worker, ``updates from worker w`` (the PS computation of that
+  worker's steps).
+
+Every chunk is a complete event (``ph: X``) named after its op, with the step and the
+op's kind in ``args``; an HTTP/2 stream cut in two shows as two events. Dependencies whose
+ends are both in the trace are flow arrows (``ph: s``/``f``) from the end of the producer
+to the start of the consumer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from tfprofile.dag import Resource
+from tfsim.fileio import write_text
+
+from simulate.engine import SimRun, slot_names
+from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER
+
+
+def chrome_trace(run: SimRun) -> dict:
+    """The Chrome trace object of ``run`` (which must have been run with ``trace_steps`` > 0)."""
+    if run.trace is None:
+        raise ValueError("the run recorded no trace: simulate with trace_steps > 0")
+    graph = run.graph
+    M = graph.n_servers
+    names = slot_names(M)
+    W = run.config.workers
+    events: list[dict] = []
+    for w in range(W):
+        events.append({"ph": "M", "name": "process_name", "pid": w, "args": {"name": f"worker {w}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": w, "args": {"sort_index": w}})
+        for slot in range(2 * M + 1):
+            events.append({"ph": "M", "name": "thread_name", "pid": w, "tid": slot, "args": {"name": names[slot]}})
+    for m in range(M):
+        pid = W + m
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"ps {m}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+        for w in range(W):
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": w,
+                           "args": {"name": f"updates from worker {w}"}})
+
+    t = run.trace
+    kinds = {KIND_TRANSFER: "transfer", KIND_OVERHEAD: "parse"}
+    ps_slot0 = 2 * M + 1
+    # Where each (worker, step, op) finished and started, for the flow arrows.
+    last_end: dict[tuple[int, int, int], tuple[float, int, int]] = {}
+    first_start: dict[tuple[int, int, int], tuple[float, int, int]] = {}
+    for i in range(len(t["op"])):
+        w, step, slot, op = int(t["worker"][i]), int(t["step"][i]), int(t["slot"][i]), int(t["op"][i])
+        start_us, end_us = float(t["start_s"][i]) * 1e6, float(t["end_s"][i]) * 1e6
+        pid, tid = (W + slot - ps_slot0, w) if slot >= ps_slot0 else (w, slot)
+        args = {"step": step, "kind": kinds.get(int(graph.kind[op]), "compute")}
+        if graph.resource[op] in (Resource.DOWNLINK, Resource.UPLINK):
+            args["bytes"] = float(graph.work[0, op])
+        events.append({"ph": "X", "name": str(graph.names[op]), "cat": args["kind"], "pid": pid, "tid": tid,
+                       "ts": start_us, "dur": end_us - start_us, "args": args})
+        key = (w, step, op)
+        last_end[key] = (end_us, pid, tid)
+        first_start.setdefault(key, (start_us, pid, tid))
+    flow_id = 0
+    for (w, step, op), (end_us, pid, tid) in sorted(last_end.items()):
+        for succ in graph.succ_idx[graph.succ_ptr[op]:graph.succ_ptr[op + 1]]:
+            target = first_start.get((w, step, int(succ)))
+            if target is None:
+                continue
+            events.append({"ph": "s", "id": flow_id, "name": "dep", "cat": "dep", "pid": pid, "tid": tid,
+                           "ts": end_us})
+            events.append({"ph": "f", "bp": "e", "id": flow_id, "name": "dep", "cat": "dep", "pid": target[1],
+                           "tid": target[2], "ts": target[0]})
+            flow_id += 1
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"generator": "tfsim", "workers": W, "servers": M, "steps_traced": run.config.trace_steps}}
+
+
+def write_chrome_trace(run: SimRun, path: str | os.PathLike) -> None:
+    """Write ``run``'s trace to ``path`` atomically."""
+    write_text(path, json.dumps(chrome_trace(run), separators=(",", ":")))
+
+
+def timeline_rows(run: SimRun) -> dict[str, np.ndarray]:
+    """The recorded chunks as columns (worker, step, resource name, op name, start_s, end_s)."""
+    names = np.array(slot_names(run.graph.n_servers))
+    t = run.trace
+    return {"worker": t["worker"], "step": t["step"], "resource": names[t["slot"]],
+            "op": run.graph.names[t["op"]], "kind": run.graph.kind[t["op"]], "start_s": t["start_s"],
+            "end_s": t["end_s"]}

@@ -1,0 +1,40 @@
+"""The coarse analytical baselines over a sweep of W, as a table beside the simulation.
+
+Which baselines a comparison shows depends on the SGD mode: the asynchronous ones (Lin et
+al., with and without the overlap correction; Cynthia and its halved-T_C variant) for
+``async``, the synchronous closed forms (TPDS Eqs. 7-10) for ``sync``, ring all-reduce
+(Eq. 11) for ``allreduce``. The PAI breakdown ignores contention (linear in W) and is
+left out of the sweep; :func:`simulate.estimate.pai_from_parameters` gives it for what-ifs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from tfprofile.dag import Profile
+
+from simulate.cluster import ClusterModel
+from simulate.estimate import baseline_predictions, estimate_parameters
+
+BASELINES_BY_MODE = {
+    "async": ("lin-async", "lin-async-overlap", "cynthia", "cynthia-halved"),
+    "sync": ("sync-ps", "sync-fcfs", "sync-hybrid", "sync-hybrid-overlap"),
+    "allreduce": ("ring-allreduce",),
+}
+
+
+def baselines(profile: Profile, cluster: ClusterModel, workers: Iterable[int], mode: str = "async"):
+    """A DataFrame with columns ``workers``, ``model``, ``throughput_eps``, ``step_time_s``."""
+    import pandas as pd
+
+    params = estimate_parameters(
+        profile, bandwidth_down_Bps=cluster.downlink_Bps, bandwidth_up_Bps=cluster.uplink_Bps,
+        alpha_s_per_byte=cluster.overhead_downlink.alpha_s_per_byte, beta_s=cluster.overhead_downlink.beta_s)
+    wanted = BASELINES_BY_MODE[mode]
+    rows = []
+    for w in workers:
+        for prediction in baseline_predictions(params, int(w)):
+            if prediction.model in wanted:
+                rows.append({"workers": int(w), "model": prediction.model,
+                             "throughput_eps": prediction.throughput_eps, "step_time_s": prediction.step_time_s})
+    return pd.DataFrame(rows, columns=["workers", "model", "throughput_eps", "step_time_s"])

@@ -1,0 +1,259 @@
+"""``simulate.predict``: throughput for every configuration of a sweep, as a DataFrame.
+
+One configuration (a :class:`Scenario`) is a worker count, a server count, a mode, a
+sharing model and a transfer scheduler. Each is prepared (:mod:`simulate.prepare`) and
+simulated (:mod:`simulate.engine`) independently, so sweeps run in parallel processes
+when ``jobs > 1``; results do not depend on ``jobs``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from tfprofile.dag import Profile
+from tfsim.errors import TfsimWarning, UsageError
+
+from simulate.cluster import ClusterModel
+from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
+from simulate.engine import run
+from simulate.prepare import prepare
+from simulate.results import saturation_point, summarise
+
+ROW_COLUMNS = (
+    "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
+    "step_time_s", "step_time_mean_s", "step_time_p95_s", "util_downlink", "util_uplink", "bandwidth_down_Bps",
+    "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "sim_wall_s", "saturated",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """One configuration of a sweep. ``policy`` labels the transfer order (e.g. ``tic``)."""
+
+    workers: int
+    servers: int | None
+    mode: Mode
+    sharing: Sharing
+    transfer: Transfer
+    policy: str
+    priorities: np.ndarray | None = None
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return [None]
+    if isinstance(value, (str, int, float, np.integer)) or isinstance(value, (Mode, Sharing, Transfer)):
+        return [value]
+    return list(value)
+
+
+def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict):
+    colocation = options.get("colocation")
+    if colocation is not None and callable(colocation):
+        colocation = colocation(scenario.workers, scenario.servers or max(profile.graph.n_servers, 1))
+    graph = prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode, servers=scenario.servers,
+                    priorities=scenario.priorities)
+    config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=sharing, transfer=scenario.transfer,
+                       steps=options["steps"], warmup=options["warmup"], seed=options["seed"],
+                       flow_cap_Bps=options.get("flow_cap_Bps"), colocation=colocation)
+    return graph, summarise(run(graph, cluster, config))
+
+
+def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
+    """Simulate one scenario; return its table row. Hybrid sharing averages a PS and an FCFS run."""
+    steps, target = options["steps"], options.get("ci_target")
+    while True:
+        opts = {**options, "steps": steps, "warmup": min(options["warmup"], steps - 1)}
+        if scenario.sharing is Sharing.HYBRID:
+            (graph, a), (_, b) = (_single_run(profile, cluster, scenario, s, opts) for s in (Sharing.PS, Sharing.FCFS))
+            thr, ci = (a.throughput_eps + b.throughput_eps) / 2, (a.ci95_eps + b.ci95_eps) / 2
+            summary = a
+            step_time = (a.step_time_s + b.step_time_s) / 2
+        else:
+            graph, summary = _single_run(profile, cluster, scenario, scenario.sharing, opts)
+            thr, ci, step_time = summary.throughput_eps, summary.ci95_eps, summary.step_time_s
+        # Adaptive stopping: double the steps until the interval is tight enough (or the cap).
+        if target is None or ci <= target * thr or steps >= options["max_steps"]:
+            break
+        steps = min(2 * steps, options["max_steps"])
+    util = summary.link_bytes_per_s / np.array([[cluster.downlink_Bps], [cluster.uplink_Bps]])
+    return {
+        "workers": scenario.workers, "servers": graph.n_servers, "mode": scenario.mode.value,
+        "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
+        "seed": options["seed"], "throughput_eps": thr, "ci95_eps": ci, "step_time_s": step_time,
+        "step_time_mean_s": summary.step_time_mean_s, "step_time_p95_s": summary.step_time_p95_s,
+        "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
+        "bandwidth_down_Bps": cluster.downlink_Bps, "bandwidth_up_Bps": cluster.uplink_Bps,
+        "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,
+        "op_events": summary.op_events, "sim_wall_s": summary.wall_s,
+    }
+
+
+def _pool_task(args):
+    return run_scenario(*args)
+
+
+def run_scenarios(profile: Profile, cluster: ClusterModel, scenarios: Sequence[Scenario], options: dict, *,
+                  jobs: int = 1, progress: bool = False) -> list[dict]:
+    """Rows for every scenario, in the order given; ``jobs`` > 1 runs them in parallel processes."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(scenarios), desc="predict", unit="config", dynamic_ncols=True)
+    try:
+        if jobs <= 1 or len(scenarios) <= 1:
+            rows = []
+            for scenario in scenarios:
+                rows.append(run_scenario(profile, cluster, scenario, options))
+                if bar is not None:
+                    bar.update(1)
+            return rows
+        rows: list[dict | None] = [None] * len(scenarios)
+        # Larger configurations first, so the pool does not end waiting on one big run.
+        order = sorted(range(len(scenarios)), key=lambda i: -scenarios[i].workers)
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_pool_task, (profile, cluster, scenarios[i], options)): i for i in order}
+            from concurrent.futures import as_completed
+
+            for future in as_completed(futures):
+                rows[futures[future]] = future.result()
+                if bar is not None:
+                    bar.update(1)
+        return rows  # type: ignore[return-value]
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def parse_workers(text: str) -> list[int]:
+    """``"1-16"``, ``"1,2,4,8"`` or ``"1-4,8"`` -> sorted distinct worker counts."""
+    out: set[int] = set()
+    try:
+        for part in str(text).split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            elif part:
+                out.add(int(part))
+    except ValueError:
+        raise UsageError("--workers", f"{text!r} is not a list of counts like 1-16 or 1,2,4") from None
+    if not out:
+        raise UsageError("--workers", "no worker count given")
+    return sorted(out)
+
+
+def predict(
+    profile: Profile,
+    cluster: ClusterModel | None = None,
+    *,
+    workers: int | Iterable[int] | str = 1,
+    servers: int | Iterable[int] | None = None,
+    mode: str | Mode = Mode.ASYNC,
+    sharing: str | Sharing | Iterable = Sharing.PS,
+    transfer: str | Transfer | Iterable = Transfer.HTTP2,
+    priorities: Mapping[str, Mapping[str, float] | np.ndarray] | None = None,
+    bandwidth_Bps: float | None = None,
+    steps: int = 1000,
+    warmup: int = 50,
+    seed: int = 0,
+    flow_cap_Bps: float | None = None,
+    colocation: Colocation | None = None,
+    cores: float | None = None,
+    ci_target: float | None = None,
+    max_steps: int = 16000,
+    jobs: int = 1,
+    progress: bool = False,
+):
+    """Predict throughput over a sweep; return a :class:`pandas.DataFrame`, one row per configuration.
+
+    Args:
+        profile: a 1-worker profile (:func:`tfprofile.load_profile`).
+        cluster: the calibrated cluster; ``None`` needs ``bandwidth_Bps`` and assumes no
+            parsing overhead and an unlimited window (a :class:`~tfsim.errors.TfsimWarning` says so).
+        workers: counts to simulate: an int, an iterable, or a string like ``"1-16"``.
+        servers: PS counts to re-partition the variables over (ICPE §5); ``None`` keeps the
+            profile's placement.
+        mode, sharing, transfer: SPEC §3 models, by name or enum; ``sharing`` and ``transfer``
+            may be lists. A transfer name that is a key of ``priorities`` uses the priority
+            scheduler with that order (e.g. ``{"tic": {...}, "tac": {...}}``).
+        bandwidth_Bps: rescale both directions to this bandwidth (a what-if on a calibrated
+            cluster; the only network number without one).
+        steps, warmup, seed: N steps per worker, the first ``warmup`` dropped (ICPE §4.1).
+        colocation / cores: tasks sharing a host's cores; ``cores`` puts every task on one
+            host with that many cores.
+        ci_target: stop once the 95% half-width is below this fraction of the throughput,
+            doubling the steps up to ``max_steps``; the ``steps`` column reports what was used.
+        jobs: parallel processes.
+
+    Columns: see ``ROW_COLUMNS``; ``saturated`` marks the saturation point of each curve.
+    """
+    import pandas as pd
+
+    if cluster is None:
+        if bandwidth_Bps is None:
+            raise UsageError("--cluster", "give a calibrated cluster (CLUSTER.json) or a bandwidth")
+        warnings.warn(TfsimWarning(None, "no calibration: parsing overhead 0 and an unlimited HTTP/2 window assumed"),
+                      stacklevel=2)
+        cluster = ClusterModel.from_bandwidth(bandwidth_Bps)
+    elif bandwidth_Bps is not None:
+        scale = bandwidth_Bps / cluster.downlink_Bps
+        cluster = cluster.with_bandwidth(bandwidth_Bps, cluster.uplink_Bps * scale)
+    worker_list = parse_workers(workers) if isinstance(workers, str) else [int(w) for w in _as_list(workers)]
+    mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "--mode")
+    priorities = dict(priorities or {})
+    scenarios = []
+    for server_count in _as_list(servers):
+        for share in _as_list(sharing):
+            share_ = share if isinstance(share, Sharing) else parse_enum(Sharing, share, "--sharing")
+            if share_ is Sharing.FLOW_CAP and not flow_cap_Bps:
+                raise UsageError("--flow-cap", "flow_cap sharing needs --flow-cap BYTES_PER_S")
+            for tr in _as_list(transfer):
+                name = tr.value if isinstance(tr, Transfer) else str(tr)
+                if name in priorities:
+                    tr_, prio = Transfer.PRIORITY, priorities[name]
+                else:
+                    tr_, prio = (tr if isinstance(tr, Transfer) else parse_enum(Transfer, name, "--transfer")), None
+                    if tr_ is Transfer.PRIORITY:
+                        raise UsageError("--transfer", "the priority scheduler needs an order (a priorities file)")
+                for w in worker_list:
+                    scenarios.append(Scenario(w, server_count, mode_, share_, tr_, name, prio))
+    col = colocation
+    if col is None and cores is not None:
+        col = _single_host(cores)
+    options = {"steps": steps, "warmup": warmup, "seed": seed, "flow_cap_Bps": flow_cap_Bps, "colocation": col,
+               "ci_target": ci_target, "max_steps": max(max_steps, steps)}
+    SimConfig(workers=1, steps=steps, warmup=warmup)  # validate the shared options before spawning work
+    rows = run_scenarios(profile, cluster, scenarios, options, jobs=jobs, progress=progress)
+    frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "saturated"])
+    frame["saturated"] = False
+    for _, group in frame.groupby(["servers", "mode", "sharing", "policy"], sort=False):
+        point = saturation_point(group["workers"].to_numpy(), group["throughput_eps"].to_numpy())
+        frame.loc[group.index[group["workers"] == point], "saturated"] = True
+    return frame
+
+
+@dataclasses.dataclass(frozen=True)
+class _single_host:
+    """Every task on one host with ``cores`` cores; callable so that it fits any W and M."""
+
+    cores: float
+
+    def __call__(self, workers: int, servers: int) -> Colocation:
+        if not (self.cores > 0 and math.isfinite(self.cores)):
+            raise UsageError("--cores", f"must be positive, not {self.cores}")
+        return Colocation.single_host(workers, servers, self.cores)
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))

@@ -1,0 +1,121 @@
+"""What a simulated run means: throughput with its confidence interval, step times,
+link utilisation (ICPE §4.1, SPEC §3 "Throughput")."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from simulate.engine import SimRun
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def t95(dof: int) -> float:
+    """The 0.975 quantile of Student's t with ``dof`` degrees of freedom (normal above 30)."""
+    if dof < 1:
+        return math.inf
+    return _T95[dof - 1] if dof <= len(_T95) else 1.96 + 2.4 / dof  # within 0.1% of the exact value
+
+
+def completion_times(run: SimRun) -> np.ndarray:
+    """(W, N + 1) array t_w(k): completion time of worker w's k-th step, t_w(0) = 0."""
+    W = run.step_end_s.shape[0]
+    return np.concatenate([np.zeros((W, 1)), run.step_end_s], axis=1)
+
+
+def throughput_eps(run: SimRun) -> float:
+    """SPEC §3: Σ_w batch · (N − warmup) / (t_w(N) − t_w(warmup)), in examples/s."""
+    t = completion_times(run)
+    n, warmup = run.config.steps, run.config.warmup
+    return float(np.sum(run.graph.batch_size * (n - warmup) / (t[:, n] - t[:, warmup])))
+
+
+def batch_means(run: SimRun, batches: int = 10) -> tuple[float, float, int]:
+    """Mean and 95% half-width of the throughput over ``batches`` consecutive batches of steps.
+
+    Each worker's measured steps are cut into the same number of consecutive batches; batch
+    b's throughput is the sum over workers of batch b's examples / duration. With fewer than
+    2 measured steps per batch the number of batches shrinks (at least 2, else the
+    half-width is inf).
+    """
+    t = completion_times(run)
+    n, warmup = run.config.steps, run.config.warmup
+    measured = n - warmup
+    batches = max(1, min(batches, measured // 2))
+    edges = warmup + np.round(np.linspace(0, measured, batches + 1)).astype(int)
+    values = np.array([np.sum(run.graph.batch_size * (edges[b + 1] - edges[b]) / (t[:, edges[b + 1]] - t[:, edges[b]]))
+                       for b in range(batches)])
+    if batches < 2:
+        return float(values.mean()), math.inf, batches
+    half = t95(batches - 1) * float(values.std(ddof=1)) / math.sqrt(batches)
+    return float(values.mean()), half, batches
+
+
+def step_times_s(run: SimRun) -> np.ndarray:
+    """(W, N − warmup) measured step times: the gaps between consecutive completions."""
+    t = completion_times(run)
+    return np.diff(t[:, run.config.warmup:], axis=1)
+
+
+def link_bytes_per_s(run: SimRun) -> np.ndarray:
+    """(2, M) mean bytes/s each link carries over the measured windows.
+
+    Row 0 is the downlinks, row 1 the uplinks, one column per server: the bytes each worker
+    moves per step, times the rate at which its measured window completes steps. Divided by
+    the link's bandwidth, this is the link's utilisation.
+    """
+    t = completion_times(run)
+    n, warmup = run.config.steps, run.config.warmup
+    steps_per_s = np.sum((n - warmup) / (t[:, n] - t[:, warmup]))
+    per_step = run.graph.link_bytes_per_step()
+    return per_step * steps_per_s
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSummary:
+    """The numbers one configuration reports."""
+
+    throughput_eps: float
+    ci95_eps: float
+    batches: int
+    step_time_s: float
+    step_time_mean_s: float
+    step_time_p95_s: float
+    step_time_by_worker_s: tuple[float, ...]
+    link_bytes_per_s: np.ndarray  # (2, M)
+    op_events: int
+    wall_s: float
+
+
+def summarise(run: SimRun) -> RunSummary:
+    times = step_times_s(run)
+    _, half, batches = batch_means(run)
+    return RunSummary(
+        throughput_eps=throughput_eps(run),
+        ci95_eps=half,
+        batches=batches,
+        step_time_s=float(np.median(times)),
+        step_time_mean_s=float(np.mean(times)),
+        step_time_p95_s=float(np.percentile(times, 95)),
+        step_time_by_worker_s=tuple(float(x) for x in np.median(times, axis=1)),
+        link_bytes_per_s=link_bytes_per_s(run),
+        op_events=run.op_events,
+        wall_s=run.wall_s,
+    )
+
+
+def saturation_point(workers: np.ndarray, throughput: np.ndarray, within: float = 0.05) -> int:
+    """The smallest W whose throughput is within ``within`` of the sweep's maximum (SPEC §3)."""
+    workers = np.asarray(workers)
+    throughput = np.asarray(throughput, dtype=float)
+    if workers.size == 0:
+        raise ValueError("empty sweep")
+    best = np.nanmax(throughput)
+    ok = throughput >= (1.0 - within) * best
+    return int(workers[ok].min())

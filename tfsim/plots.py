@@ -1,0 +1,83 @@
+"""Figures: throughput against the number of workers, like ICPE Figs. 13-14.
+
+Figures are drawn with matplotlib's Agg backend (no display needed) and written
+atomically; ``figure_png`` returns the PNG bytes for embedding in a report.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from tfsim.fileio import write_bytes
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _label(keys: tuple, names: tuple[str, ...]) -> str:
+    return ", ".join(f"{v}" for n, v in zip(names, keys) if v is not None)
+
+
+def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
+    """Predicted throughput (examples/s) against W, one line per configuration group, with the
+    95% confidence band and the saturation point marked. ``measured`` is a frame with
+    ``workers`` and ``throughput_eps`` (drawn as points); ``baselines`` one with ``workers``,
+    ``model`` and ``throughput_eps`` (dashed lines)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=120)
+    varying = [c for c in ("policy", "sharing", "mode", "servers") if c in frame and frame[c].nunique() > 1]
+    groups = frame.groupby(varying, sort=False) if varying else [((), frame)]
+    for keys, group in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        group = group.sort_values("workers")
+        label = _label(keys, tuple(varying)) or "predicted"
+        line, = ax.plot(group["workers"], group["throughput_eps"], marker="o", ms=3.5, lw=1.6, label=label)
+        low = group["throughput_eps"] - group["ci95_eps"].clip(upper=group["throughput_eps"])
+        ax.fill_between(group["workers"], low, group["throughput_eps"] + group["ci95_eps"], color=line.get_color(),
+                        alpha=0.18, lw=0)
+        sat = group[group["saturated"]]
+        if len(sat):
+            ax.plot(sat["workers"], sat["throughput_eps"], marker="*", ms=13, color=line.get_color(), ls="none")
+    if baselines is not None and len(baselines):
+        for model, group in baselines.groupby("model", sort=False):
+            group = group.sort_values("workers")
+            ax.plot(group["workers"], group["throughput_eps"], ls="--", lw=1.1, label=str(model))
+    if measured is not None and len(measured):
+        ax.plot(measured["workers"], measured["throughput_eps"], ls="none", marker="s", ms=6, color="black",
+                label="measured")
+    ax.set_xlabel("workers W")
+    ax.set_ylabel("throughput (examples/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "predicted throughput (band: 95% CI; star: saturation point)", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    """The figure as PNG bytes (and closes it)."""
+    plt = _pyplot()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically."""
+    plt = _pyplot()
+    buffer = io.BytesIO()
+    fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
+    fmt = fmt if fmt in ("png", "svg", "pdf") else "png"
+    metadata = {"Software": None} if fmt == "png" else ({"Date": None} if fmt in ("svg", "pdf") else None)
+    fig.savefig(buffer, format=fmt, metadata=metadata)
+    plt.close(fig)
+    write_bytes(path, buffer.getvalue())

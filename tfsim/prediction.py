@@ -1,0 +1,175 @@
+"""``tfsim predict``: read the inputs, run the sweep, write the table, JSON, CSV, plot and trace.
+
+The JSON file has ``format: "tfsim.prediction/1"`` and ``rows``, one per configuration,
+each with at least ``workers``, ``transfer``, ``mode``, ``throughput_eps`` (examples/s),
+``ci95_eps`` and ``step_time_s`` (SPEC §7).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+
+from tfsim.errors import InputError, TfsimWarning, UsageError
+from tfsim.fileio import atomic_output, write_json
+from tfsim.units import format_rate, parse_rate
+
+PREDICTION_FORMAT = "tfsim.prediction/1"
+ORDER_POLICIES = {"tic": "tic", "tac": "tac", "reverse": "reverse_tic", "reverse_tic": "reverse_tic",
+                  "random": "random"}
+
+
+def ordering_priorities(profile, names, *, bandwidth_Bps: float | None, seed: int) -> dict:
+    """Priority maps for the TicTac policies among ``names`` (tic, tac, reverse, random)."""
+    from tfprofile.tictac import compute_ordering
+
+    out = {}
+    for name in names:
+        if name in ORDER_POLICIES:
+            out[name] = compute_ordering(profile, ORDER_POLICIES[name], bandwidth_Bps=bandwidth_Bps,
+                                         seed=seed).as_mapping()
+    return out
+
+
+def read_priority_files(profile, specs) -> dict:
+    """``NAME=FILE`` or ``FILE`` (NAME: the file's stem) -> {NAME: priority map}."""
+    from tfprofile.tictac import read_priorities
+
+    out = {}
+    for spec in specs:
+        text = os.fspath(spec)
+        name, sep, path = text.partition("=")
+        if not sep:
+            name, path = Path(text).stem, text
+        ordering = read_priorities(path, profile.graph)
+        out[name] = ordering.as_mapping() if hasattr(ordering, "as_mapping") else dict(ordering)
+    return out
+
+
+def prediction_document(frame, *, profile_path, cluster, extra: dict | None = None) -> dict:
+    """The ``tfsim.prediction/1`` JSON object of a prediction table."""
+    rows = json.loads(frame.to_json(orient="records"))
+    for row in rows:  # JSON has no inf: an interval that could not be estimated is null
+        for key, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                row[key] = None
+    saturation = {}
+    for row in rows:
+        if row["saturated"]:
+            saturation[f"{row['policy']}/{row['sharing']}/{row['mode']}/ps{row['servers']}"] = row["workers"]
+    return {
+        "format": PREDICTION_FORMAT,
+        "profile": os.fspath(profile_path),
+        "cluster": {"source": cluster.source, "calibrated": cluster.calibrated,
+                    "bandwidth_Bps": {"downlink": cluster.downlink_Bps, "uplink": cluster.uplink_Bps},
+                    "win_bytes": None if math.isinf(cluster.win_bytes) else cluster.win_bytes},
+        "saturation_workers": saturation,
+        "rows": rows,
+        **(extra or {}),
+    }
+
+
+def format_table(frame) -> str:
+    """The prediction as a terminal table."""
+    show = frame.copy()
+    show["thr (ex/s)"] = show["throughput_eps"].map(lambda x: f"{x:,.1f}")
+    show["±95%"] = show["ci95_eps"].map(lambda x: "n/a" if not math.isfinite(x) else f"{x:,.1f}")
+    show["step (ms)"] = (show["step_time_s"] * 1e3).map(lambda x: f"{x:,.1f}")
+    show["down %"] = (show["util_downlink"] * 100).map(lambda x: f"{x:.0f}")
+    show["up %"] = (show["util_uplink"] * 100).map(lambda x: f"{x:.0f}")
+    show["sat"] = show["saturated"].map(lambda x: "*" if x else "")
+    keys = [c for c in ("policy", "sharing", "mode", "servers") if frame[c].nunique() > 1]
+    cols = keys + ["workers", "thr (ex/s)", "±95%", "step (ms)", "down %", "up %", "sat"]
+    return show[cols].to_string(index=False)
+
+
+def load_inputs(args):
+    """Profile and cluster from the command line (``--cluster`` and/or ``--bandwidth``)."""
+    from calibration.cluster_file import load_cluster
+    from tfprofile.profile_io import load_profile
+
+    profile = load_profile(args.profile)
+    bandwidth = parse_rate(args.bandwidth) if args.bandwidth else None
+    if args.cluster is None and bandwidth is None:
+        raise UsageError("--cluster", "give a calibrated cluster (--cluster CLUSTER.json) or a --bandwidth")
+    cluster = load_cluster(args.cluster) if args.cluster is not None else None
+    return profile, cluster, bandwidth
+
+
+def run_cli(args) -> int:
+    import pandas as pd  # noqa: F401  (fail early and clearly if the environment lacks it)
+
+    from simulate.predict import default_jobs, predict
+
+    profile, cluster, bandwidth = load_inputs(args)
+    transfers = [t.strip() for t in args.transfer.split(",") if t.strip()]
+    sharings = [s.strip() for s in args.sharing.split(",") if s.strip()]
+    if not transfers or not sharings:
+        raise UsageError("--transfer", "give at least one transfer scheduler and sharing model")
+    link_Bps = bandwidth or (cluster.downlink_Bps if cluster else None)
+    priorities = read_priority_files(profile, args.priorities)
+    priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
+                                          bandwidth_Bps=link_Bps, seed=args.seed))
+    flow_cap = parse_rate(args.flow_cap, "--flow-cap") if args.flow_cap else None
+    frame = predict(
+        profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
+        transfer=transfers, priorities=priorities, bandwidth_Bps=bandwidth, steps=args.steps, warmup=args.warmup,
+        seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target,
+        jobs=args.jobs or default_jobs(), progress=not args.no_progress,
+    )
+    effective = cluster if cluster is not None else None
+    if effective is None:
+        from simulate.cluster import ClusterModel
+
+        effective = ClusterModel.from_bandwidth(bandwidth)
+    elif bandwidth is not None:
+        effective = effective.with_bandwidth(bandwidth, effective.uplink_Bps * bandwidth / effective.downlink_Bps)
+    model = profile.meta.get("model") or Path(args.profile).stem
+    print(f"{model}, batch {profile.batch_size}: downlink {format_rate(effective.downlink_Bps)}, "
+          f"uplink {format_rate(effective.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
+          f"first {args.warmup} dropped; * = saturation point)")
+    print(format_table(frame))
+    if args.json:
+        write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=effective))
+    if args.csv:
+        with atomic_output(args.csv) as handle:
+            frame.to_csv(handle, index=False, float_format="%.9g")
+    if args.plot:
+        from tfsim.plots import save_figure, throughput_figure
+
+        save_figure(throughput_figure(frame, title=f"{model} (batch {profile.batch_size}) on "
+                                                   f"{format_rate(effective.downlink_Bps)} links"), args.plot)
+    if args.trace_out:
+        write_trace(profile, effective, args, priorities)
+    return 0
+
+
+def write_trace(profile, cluster, args, priorities) -> None:
+    """Simulate a few steps of the largest (or the chosen) configuration and write its Chrome trace."""
+    from simulate.chrome_trace import write_chrome_trace
+    from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
+    from simulate.engine import run
+    from simulate.predict import parse_workers
+    from simulate.prepare import prepare
+
+    workers = args.trace_workers or max(parse_workers(args.workers))
+    name = args.transfer.split(",")[0].strip()
+    transfer = Transfer.PRIORITY if name in priorities else parse_enum(Transfer, name, "--transfer")
+    sharing = parse_enum(Sharing, args.sharing.split(",")[0].strip(), "--sharing")
+    if sharing is Sharing.HYBRID:
+        warnings.warn(TfsimWarning("--trace-out", "hybrid sharing traced as ps"), stacklevel=2)
+        sharing = Sharing.PS
+    mode = parse_enum(Mode, args.mode, "--mode")
+    graph = prepare(profile, cluster, workers=workers, mode=mode, servers=args.servers,
+                    priorities=priorities.get(name))
+    colocation = Colocation.single_host(workers, graph.n_servers, args.cores) if args.cores else None
+    config = SimConfig(workers=workers, mode=mode, sharing=sharing, transfer=transfer, steps=args.trace_steps,
+                       warmup=0, seed=args.seed, trace_steps=args.trace_steps, colocation=colocation,
+                       flow_cap_Bps=parse_rate(args.flow_cap, "--flow-cap") if args.flow_cap else None)
+    try:
+        write_chrome_trace(run(graph, cluster, config), args.trace_out)
+    except OSError as exc:
+        raise InputError(args.trace_out, f"cannot write: {exc.strerror or exc}") from None

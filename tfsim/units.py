@@ -1,0 +1,40 @@
+"""Parsing rates and sizes the way network people write them."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tfsim.errors import UsageError
+
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z/]*)\s*$")
+_BIT_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
+_BYTE_UNITS = {"": 1, "b/s": 1, "bps_bytes": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "kib/s": 1024,
+               "mib/s": 1024 ** 2, "gib/s": 1024 ** 3}
+
+
+def parse_rate(text: str, option: str = "--bandwidth") -> float:
+    """``"1gbit"``, ``"100mbit"``, ``"10Gbps"`` (bits/s) or ``"125MB/s"``, ``"1.25e8"`` (bytes/s) -> bytes/s."""
+    match = _RATE.match(str(text))
+    if not match:
+        raise UsageError(option, f"{text!r} is not a rate like 1gbit, 100mbit or 125MB/s")
+    value, unit = float(match.group(1)), match.group(2).lower()
+    if unit in _BIT_UNITS:
+        rate = value * _BIT_UNITS[unit] / 8
+    elif unit in _BYTE_UNITS:
+        rate = value * _BYTE_UNITS[unit]
+    else:
+        raise UsageError(option, f"unknown unit {match.group(2)!r} in {text!r}; use bit/kbit/mbit/gbit or B/s, MB/s")
+    if not (rate > 0 and math.isfinite(rate)):
+        raise UsageError(option, f"bandwidth must be positive and finite, not {text!r}")
+    return rate
+
+
+def format_rate(bytes_per_s: float) -> str:
+    """Bytes/s as the bit rate people quote for links: ``1.00 Gbit/s``."""
+    bits = bytes_per_s * 8
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:.3g} {unit}"
+    return f"{bits:.3g} bit/s"
