@@ -81,6 +81,8 @@ def run_ps(spec: dict) -> int:
     finished = queue.dequeue_many(spec["workers"])
     with tf1.Session(server.target, config=config) as sess:
         sess.run(finished)  # blocks until every worker is done
+    # The last worker's enqueue is still waiting for its reply: let it arrive before exiting.
+    time.sleep(1.0)
     return 0
 
 
@@ -218,7 +220,10 @@ def run_worker(spec: dict) -> int:
             }
             (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
         for op in done_ops:
-            sess.run(op)
+            try:
+                sess.run(op)
+            except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError):
+                pass  # that PS already had every worker's report and is shutting down; nothing is lost
     if chief:
         _emit("finished", batch_size=int(batch_size))
     return 0

@@ -1,0 +1,134 @@
+"""The command line: help, outputs, and one-line errors with exit status 2."""
+
+import json
+
+import pytest
+
+from tfsim.cli import build_parser, main
+
+COMMANDS = ("collect", "profile", "order", "predict", "demo")
+
+
+def run(argv, capsys):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_has_help(command, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert f"tfsim {command}" in capsys.readouterr().out
+
+
+def test_top_level_help_lists_the_workflow(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    for command in COMMANDS:
+        assert command in out
+
+
+def test_predict_writes_json_csv_plot_and_trace(data_dir, tmp_path, capsys):
+    out_json, out_csv, plot, trace = (tmp_path / n for n in ("p.json", "p.csv", "p.png", "t.json"))
+    code, out, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "100mbit", "--workers", "1-3",
+                          "--steps", "60", "--warmup", "5", "--jobs", "1", "--no-progress", "--json", out_json,
+                          "--csv", out_csv, "--plot", plot, "--trace-out", trace, "--trace-steps", "2"], capsys)
+    assert code == 0, err
+    assert "no calibration" in err
+    document = json.loads(out_json.read_text())
+    assert document["format"] == "tfsim.prediction/1"
+    assert [r["workers"] for r in document["rows"]] == [1, 2, 3]
+    for row in document["rows"]:
+        assert {"workers", "transfer", "mode", "throughput_eps", "ci95_eps", "step_time_s"} <= set(row)
+        assert row["throughput_eps"] > 0 and row["mode"] == "async" and row["transfer"] == "http2"
+    assert out_csv.read_text().startswith("workers,")
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert {"worker 0", "worker 2", "ps 0"} <= names
+    assert any(e["ph"] == "X" for e in events) and any(e["ph"] == "s" for e in events)
+
+
+def test_predict_same_seed_same_bytes(data_dir, tmp_path, capsys):
+    outputs = []
+    for k in range(2):
+        path = tmp_path / f"p{k}.json"
+        run(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "1gbit", "--workers", "1,4",
+             "--steps", "50", "--warmup", "5", "--jobs", str(k + 1), "--no-progress", "--json", path,
+             "--transfer", "http2,tic"], capsys)
+        document = json.loads(path.read_text())
+        for row in document["rows"]:
+            row.pop("sim_wall_s")
+        outputs.append(document)
+    assert outputs[0] == outputs[1]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "0"], "--workers"),
+    (["--workers", "2000"], "between 1 and 1024"),
+    (["--workers", "a-b"], "--workers"),
+    (["--bandwidth", "0"], "positive"),
+    (["--bandwidth=-5mbit"], "not a rate"),
+    (["--bandwidth", "nan"], "not a rate"),
+    (["--bandwidth", "3 parsecs"], "unknown unit"),
+    (["--transfer", "carrier-pigeon"], "unknown transfer"),
+    (["--sharing", "telepathy"], "unknown sharing"),
+    (["--sharing", "flow_cap"], "--flow-cap"),
+    (["--warmup", "80", "--steps", "50"], "--warmup"),
+], ids=lambda x: x if isinstance(x, str) else " ".join(x))
+def test_predict_bad_options_exit_2_with_one_line(data_dir, capsys, args, message):
+    base = ["predict", data_dir / "profiles" / "tiny.npz", "--no-progress", "--steps", "50", "--warmup", "5"]
+    has_rate = any(a.startswith("--bandwidth") for a in args)
+    code, out, err = run(base + args if has_rate else base + ["--bandwidth", "1gbit"] + args, capsys)
+    assert code == 2
+    lines = [line for line in err.splitlines() if not line.startswith("tfsim: warning")]
+    assert len(lines) == 1 and lines[0].startswith("tfsim: error:") and message in lines[0], err
+
+
+def test_predict_needs_a_cluster_or_bandwidth(data_dir, capsys):
+    code, _, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--no-progress"], capsys)
+    assert code == 2 and "--cluster" in err
+
+
+def test_wrong_format_versions_exit_2(data_dir, tmp_path, capsys):
+    cluster = tmp_path / "CLUSTER.json"
+    cluster.write_text(json.dumps({"format": "tfsim.cluster/9", "bandwidth_Bps": {"downlink": 1, "uplink": 1}}))
+    code, _, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--cluster", cluster], capsys)
+    assert code == 2 and "tfsim.cluster/9" in err and str(cluster) in err
+    bogus = tmp_path / "profile.npz"
+    bogus.write_text("hello")
+    code, _, err = run(["predict", bogus, "--bandwidth", "1gbit"], capsys)
+    assert code == 2 and str(bogus) in err and len(err.strip().splitlines()) == 1
+
+
+def test_priority_file_naming_unknown_tensors_exit_2(data_dir, tmp_path, capsys):
+    priorities = tmp_path / "mine.tsv"
+    priorities.write_text("edge_999_not_a_tensor\t0\n")
+    code, _, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "1gbit", "--priorities",
+                        priorities, "--transfer", "mine", "--no-progress"], capsys)
+    assert code == 2 and "edge_999_not_a_tensor" in err
+
+
+def test_profile_errors_exit_2(tmp_path, capsys):
+    code, _, err = run(["profile", tmp_path / "nothing-here", "-o", tmp_path / "p.npz"], capsys)
+    assert code == 2 and "nothing-here" in err
+    (tmp_path / "x.pb").write_bytes(b"\x00\x01garbage")
+    code, _, err = run(["profile", tmp_path / "x.pb", "--batch", "4", "-o", tmp_path / "p.npz"], capsys)
+    assert code == 2 and "x.pb" in err
+    assert not (tmp_path / "p.npz").exists()
+    code, _, err = run(["profile", tmp_path / "x.pb", "-o", tmp_path / "p.npz"], capsys)
+    assert code == 2 and "--batch" in err
+
+
+def test_usage_error_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["predict"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("tfsim: error:")

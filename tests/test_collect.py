@@ -1,0 +1,117 @@
+"""Real TensorFlow runs through ``tfsim collect``: end to end, and every way a run can end."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tensorflow
+pytest.importorskip("tensorflow")
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def tfsim(*args, timeout=300, **kwargs):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "tfsim", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+def task_processes() -> list[str]:
+    out = subprocess.run(["pgrep", "-af", "tfprofile.harness.task"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_tasks():
+    before = task_processes()
+    yield
+    deadline = time.time() + 10
+    while task_processes() != before and time.time() < deadline:
+        time.sleep(0.2)
+    assert task_processes() == before, "a TensorFlow task outlived its run"
+
+
+def test_collect_tiny_end_to_end(tmp_path):
+    run = tmp_path / "run"
+    result = tfsim("collect", "--model", "tiny", "--batch", "8", "--steps", "4", "--warmup", "1",
+                   "--inter-op-threads", "1", "--out", run, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "complete" and record["format"] == "tfsim.run/1"
+    assert record["versions"]["tensorflow"].startswith("2.")
+    assert len(list((run / "trace").glob("step_*.pb.gz"))) == 4
+    assert (run / "trace" / "step_00000.chrome.json.gz").exists()
+    lines = (run / "step_times.csv").read_text().splitlines()
+    assert lines[0] == "worker,step,measured,traced,start_unix_s,wall_s" and len(lines) == 1 + 5
+    profile_path = tmp_path / "tiny.npz"
+    result = tfsim("profile", run, "-o", profile_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(tfsim("profile", "--summary", profile_path, "--json").stdout)
+    assert summary["steps"] >= 3 and summary["bytes_downlink"] == summary["trainable_variable_bytes"]
+    assert summary["ops_by_resource"]["DOWNLINK"] == 10 and summary["ops_by_resource"]["UPLINK"] == 9
+
+
+def test_collect_user_model_with_two_workers(tmp_path):
+    run = tmp_path / "run"
+    result = tfsim("collect", "--model-fn", "user_models:small_mlp", "--batch", "4", "--steps", "3", "--warmup", "1",
+                   "--workers", "2", "--out", run, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    times = (run / "step_times.csv").read_text().splitlines()[1:]
+    assert {line.split(",")[0] for line in times} == {"0", "1"}
+    variables = json.loads((run / "variables.json").read_text())["variables"]
+    assert {v["name"] for v in variables if v["trainable"]} == {"mlp/w1", "mlp/w2"}
+    from tfprofile.rundir import profile_from_run_dir
+
+    profile = profile_from_run_dir(run)
+    assert profile.bytes_per_step(0) == (64 * 128 + 128 * 10) * 4
+    assert np.isfinite(profile.duration_s).all()
+
+
+def test_model_that_fails_to_build_exits_1_and_leaves_no_run(tmp_path):
+    run = tmp_path / "run"
+    result = tfsim("collect", "--model-fn", "user_models:broken", "--steps", "2", "--out", run, "--no-progress")
+    assert result.returncode == 1
+    assert "worker0" in result.stderr and "this model does not build" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not run.exists() and (tmp_path / "run.incomplete").is_dir()
+    from tfsim.errors import RunDirError
+    from tfprofile.rundir import open_run_dir
+
+    with pytest.raises(RunDirError):
+        open_run_dir(tmp_path / "run.incomplete")
+
+
+def test_timeout_stops_every_task(tmp_path):
+    started = time.monotonic()
+    result = tfsim("collect", "--model-fn", "user_models:hangs", "--steps", "2", "--timeout", "15",
+                   "--out", tmp_path / "run", "--no-progress")
+    assert result.returncode == 1 and "15 s" in result.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_ctrl_c_stops_every_task(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
+    proc = subprocess.Popen([sys.executable, "-m", "tfsim", "collect", "--model-fn", "user_models:hangs",
+                             "--out", str(tmp_path / "run"), "--no-progress"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 30
+    while len(task_processes()) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(task_processes()) >= 2
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_existing_output_is_not_overwritten(tmp_path):
+    (tmp_path / "run").mkdir()
+    result = tfsim("collect", "--model", "tiny", "--out", tmp_path / "run", "--no-progress")
+    assert result.returncode == 2 and "--force" in result.stderr

@@ -1,0 +1,258 @@
+"""The compiled engine against the literal Alg. 3.1 reference, and the model's properties.
+
+SPEC §3 ("Checking the engine against a reference"): with several workers under ps
+sharing the trajectory is chaotic, so exact agreement (1e-9) is required on short runs for
+every configuration, on long runs where the dynamics are not chaotic (one worker, sync,
+fcfs), and against exact rational arithmetic on small cases.
+"""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reference_sim import reference_run
+from simulate.cluster import ClusterModel, Overhead
+from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
+from simulate.engine import run
+from simulate.prepare import prepare
+from simulate.results import throughput_eps
+from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
+
+CLUSTER = ClusterModel(1.25e8, 1.0e8, win_bytes=300_000, overhead_downlink=Overhead(2e-9, 1e-4),
+                       overhead_uplink=Overhead(1e-9, 5e-5))
+
+
+def make_profile(resource, server, size, durations, edges, batch=4):
+    n = len(resource)
+    src = np.array([a for a, b in edges], dtype=np.int64)
+    dst = np.array([b for a, b in edges], dtype=np.int64)
+    ptr, idx = csr_from_edges(n, src, dst)
+    empty_ptr, empty_idx = csr_from_edges(n, np.array([], np.int64), np.array([], np.int64))
+    graph = OpGraph(name=np.array([f"op{i}" for i in range(n)]), op_type=np.array(["X"] * n),
+                    resource=np.array(resource), server=np.array(server), size_bytes=np.array(size),
+                    variable=np.full(n, -1), data_ptr=ptr, data_idx=idx, ctrl_ptr=empty_ptr, ctrl_idx=empty_idx)
+    durations = np.atleast_2d(np.array(durations, dtype=float))
+    return Profile(graph=graph, duration_s=durations, start_s=np.full(durations.shape, np.nan),
+                   step_makespan_s=durations.sum(axis=1), step_wall_s=np.array([]), batch_size=batch,
+                   variables=VariableTable.empty())
+
+
+@st.composite
+def random_profiles(draw, max_ops=14, servers=1):
+    """Random step DAGs, acyclic by construction (edges only go forward)."""
+    n = draw(st.integers(2, max_ops))
+    resource, server, size = [], [], []
+    for _ in range(n):
+        r = draw(st.sampled_from([Resource.DOWNLINK, Resource.WORKER, Resource.UPLINK, Resource.PS]))
+        resource.append(int(r))
+        server.append(-1 if r == Resource.WORKER else draw(st.integers(0, servers - 1)))
+        size.append(draw(st.integers(0, 2_000_000)) if r in (Resource.DOWNLINK, Resource.UPLINK) else 0)
+    edges = [(a, b) for b in range(n) for a in range(b) if draw(st.booleans()) and draw(st.booleans())]
+    steps = draw(st.integers(1, 3))
+    # Zero durations tie exactly in both implementations; other durations are generic floats,
+    # because two paths to "the same" time that differ by an ulp may order a near-tie either
+    # way (SPEC §3), which says nothing about either implementation.
+    durations = [[0.0 if resource[i] in (0, 2) or draw(st.integers(0, 3)) == 0
+                  else draw(st.floats(1e-4, 2e-2, allow_nan=False)) for i in range(n)] for _ in range(steps)]
+    if servers > 1:  # every server index must exist for the graph to have M servers
+        server[0], resource[0], size[0] = servers - 1, int(Resource.PS), 0
+        for row in durations:
+            row[0] = 1.234e-3
+    return make_profile(resource, server, size, durations, edges)
+
+
+def engine_vs_reference(profile, config, cluster=CLUSTER, servers=None, priorities=None):
+    graph = prepare(profile, cluster, workers=config.workers, mode=config.mode, servers=servers,
+                    priorities=priorities)
+    fast = run(graph, cluster, config)
+    _, ref_end = reference_run(graph, cluster, config)
+    ref_end = np.array(ref_end, dtype=float)
+    scale = np.maximum(np.abs(ref_end), 1e-12)
+    return float(np.max(np.abs(fast.step_end_s - ref_end) / scale))
+
+
+CONFIG_SPACE = st.builds(
+    lambda w, mode, sharing, transfer, seed: SimConfig(
+        workers=w, mode=mode, sharing=sharing, transfer=transfer, steps=6, warmup=1, seed=seed,
+        flow_cap_Bps=4e7 if sharing is Sharing.FLOW_CAP else None),
+    st.integers(1, 4), st.sampled_from(list(Mode)), st.sampled_from([Sharing.PS, Sharing.FCFS, Sharing.FLOW_CAP]),
+    st.sampled_from(list(Transfer)), st.integers(0, 3))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(), CONFIG_SPACE, st.randoms(use_true_random=False))
+def test_engine_matches_reference_on_random_dags(profile, config, rnd):
+    priorities = np.array([rnd.random() for _ in range(profile.graph.n_ops)])
+    assert engine_vs_reference(profile, config, priorities=priorities) < 1e-9
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(servers=2), st.integers(1, 3), st.sampled_from([Sharing.PS, Sharing.FCFS]),
+       st.booleans())
+def test_engine_matches_reference_with_two_servers_and_colocation(profile, workers, sharing, colocated):
+    colocation = Colocation.single_host(workers, 2, 1.5) if colocated else None
+    config = SimConfig(workers=workers, sharing=sharing, steps=5, warmup=1, colocation=colocation)
+    assert engine_vs_reference(profile, config) < 1e-9
+
+
+@pytest.mark.parametrize("name", ["tiny", "vgg11", "resnet50"])
+@pytest.mark.parametrize("transfer", list(Transfer))
+def test_engine_matches_reference_on_bundled_profiles(bundled_profile, name, transfer):
+    profile = bundled_profile(name)
+    priorities = np.random.default_rng(3).permutation(profile.graph.n_ops).astype(float)
+    config = SimConfig(workers=3, transfer=transfer, steps=4 if name == "resnet50" else 8, warmup=1)
+    assert engine_vs_reference(profile, config, priorities=priorities) < 1e-9
+
+
+@pytest.mark.parametrize("config", [
+    SimConfig(workers=1, steps=300, warmup=10),
+    SimConfig(workers=4, mode=Mode.SYNC, steps=120, warmup=10),
+    SimConfig(workers=4, sharing=Sharing.FCFS, steps=120, warmup=10),
+    SimConfig(workers=3, mode=Mode.ALLREDUCE, steps=120, warmup=10),
+], ids=["one-worker", "sync", "fcfs", "allreduce"])
+def test_long_runs_agree_where_dynamics_are_not_chaotic(bundled_profile, config):
+    assert engine_vs_reference(bundled_profile("tiny"), config) < 1e-9
+
+
+def test_exact_rational_reference_on_a_small_case():
+    # downlinks feed computations that feed uplinks; two workers share the links under ps.
+    profile = make_profile(
+        resource=[0, 0, 1, 1, 2, 2, 3],
+        server=[0, 0, -1, -1, 0, 0, 0],
+        size=[300_000, 700_000, 0, 0, 500_000, 100_000, 0],
+        durations=[[0, 0, 2e-3, 5e-3, 0, 0, 1e-3], [0, 0, 3e-3, 4e-3, 0, 0, 2e-3]],
+        edges=[(0, 2), (1, 3), (2, 3), (2, 4), (3, 5), (4, 6), (5, 6)])
+    cluster = ClusterModel(1e8, 8e7, win_bytes=250_000)
+    for transfer in (Transfer.HTTP2, Transfer.FIFO):
+        config = SimConfig(workers=3, transfer=transfer, steps=12, warmup=1, seed=5)
+        graph = prepare(profile, cluster, workers=3)
+        fast = run(graph, cluster, config)
+        _, exact = reference_run(graph, cluster, config, numeric=Fraction)
+        exact = np.array([[float(x) for x in row] for row in exact])
+        assert np.max(np.abs(fast.step_end_s - exact) / exact) < 1e-12
+
+
+def chain(size_bytes, compute_s, update_s):
+    """downlink -> compute -> uplink -> update: the four phases of TPDS's sync model."""
+    return make_profile(resource=[0, 1, 2, 3], server=[0, -1, 0, 0], size=[size_bytes, 0, size_bytes, 0],
+                        durations=[[0, compute_s, 0, update_s]], edges=[(0, 1), (1, 2), (2, 3)])
+
+
+@pytest.mark.parametrize("workers", [1, 2, 5])
+def test_sync_ps_step_time_is_the_closed_form(workers):
+    size, compute, update, bandwidth = 4_000_000, 0.05, 0.002, 1e8
+    cluster = ClusterModel.from_bandwidth(bandwidth)
+    graph = prepare(chain(size, compute, update), cluster, workers=workers, mode=Mode.SYNC)
+    result = run(graph, cluster, SimConfig(workers=workers, mode=Mode.SYNC, steps=5, warmup=1))
+    # TPDS Eq. 7: all workers transfer at once, each at B/W.
+    expected = workers * size / bandwidth + compute + workers * size / bandwidth + update
+    assert np.allclose(np.diff(result.step_end_s[0]), expected, rtol=1e-12)
+    assert np.allclose(result.step_end_s[:, -1], result.step_end_s[0, -1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_sync_fcfs_last_worker_waits_for_everyone(workers):
+    size, compute, update, bandwidth = 4_000_000, 0.05, 0.002, 1e8
+    cluster = ClusterModel.from_bandwidth(bandwidth)
+    graph = prepare(chain(size, compute, update), cluster, workers=workers, mode=Mode.SYNC)
+    result = run(graph, cluster, SimConfig(workers=workers, mode=Mode.SYNC, sharing=Sharing.FCFS, steps=3, warmup=1))
+    t = size / bandwidth
+    # FCFS: worker k's download ends at (k+1)t; uploads then queue behind each other.
+    finish = []
+    link_free = 0.0
+    for k in range(workers):
+        ready = (k + 1) * t + compute
+        link_free = max(link_free, ready) + t
+        finish.append(link_free + update)
+    assert result.step_end_s[:, 0] == pytest.approx(finish, rel=1e-12)
+    assert result.step_start_s[:, 1] == pytest.approx([max(finish)] * workers, rel=1e-12)  # the barrier
+
+
+@pytest.mark.parametrize("workers", [2, 3, 8])
+def test_allreduce_step_time_is_the_closed_form(workers):
+    size, compute, update, bandwidth = 4_000_000, 0.05, 0.002, 1e8
+    cluster = ClusterModel.from_bandwidth(bandwidth)
+    graph = prepare(chain(size, compute, update), cluster, workers=workers, mode=Mode.ALLREDUCE)
+    result = run(graph, cluster, SimConfig(workers=workers, mode=Mode.ALLREDUCE, steps=4, warmup=1))
+    expected = compute + 2 * (workers - 1) / workers * size / bandwidth + update  # TPDS Eq. 11
+    assert np.allclose(np.diff(result.step_end_s[0]), expected, rtol=1e-12)
+
+
+def test_overhead_split_adds_parse_ops_on_the_receiver():
+    cluster = ClusterModel(1e8, 1e8, overhead_downlink=Overhead(1e-9, 2e-4), overhead_uplink=Overhead(3e-9, 0))
+    graph = prepare(chain(1_000_000, 0.01, 0.001), cluster)
+    assert list(graph.resource) == [0, 1, 1, 2, 3, 3]
+    assert list(graph.kind) == [1, 2, 0, 1, 2, 0]
+    assert graph.work[0, 1] == pytest.approx(1e-9 * 1e6 + 2e-4)
+    assert graph.work[0, 4] == pytest.approx(3e-9 * 1e6)
+    # One worker, no contention: the step is the sum of every phase.
+    result = run(graph, cluster, SimConfig(workers=1, steps=3, warmup=1))
+    expected = 1e6 / 1e8 + 1.2e-3 + 0.01 + 1e6 / 1e8 + 3e-3 + 0.001
+    assert np.allclose(np.diff(result.step_end_s[0]), expected, rtol=1e-12)
+
+
+def test_http2_cuts_a_stream_at_most_once():
+    # C occupies the link while A (5 windows) and B (1 window) wait. A's first service sends
+    # one window and puts A behind B; A's second service sends the rest (ICPE Fig. 12).
+    profile = make_profile(resource=[0, 0, 0, 1], server=[0, 0, 0, -1], size=[100, 500, 100, 0],
+                           durations=[[0, 0, 0, 0.0]], edges=[(0, 3), (1, 3), (2, 3)])
+    cluster = ClusterModel(100.0, 100.0, win_bytes=100)
+    graph = prepare(profile, cluster)
+    result = run(graph, cluster, SimConfig(workers=1, steps=1, warmup=0, trace_steps=1))
+    trace = result.trace
+    links = trace["slot"] == 0
+    order = [(int(o), s, e) for o, s, e in zip(trace["op"][links], trace["start_s"][links], trace["end_s"][links])]
+    assert order == [(0, 0.0, 1.0), (1, 1.0, 2.0), (2, 2.0, 3.0), (1, 3.0, 7.0)]
+
+
+def test_link_capacity_and_bytes_are_conserved(bundled_profile):
+    profile = bundled_profile("vgg11")
+    cluster = ClusterModel(1.25e8, 1.25e8, win_bytes=4 * 2**20)
+    graph = prepare(profile, cluster, workers=4)
+    result = run(graph, cluster, SimConfig(workers=4, steps=3, warmup=0, trace_steps=3))
+    t = result.trace
+    is_link = np.isin(graph.resource[t["op"]], [Resource.DOWNLINK, Resource.UPLINK])
+    win = cluster.win_bytes
+    # Each chunk's bytes, in the order chunks start: a stream above WIN is sent as WIN, then the rest.
+    chunk_bytes = np.zeros(len(t["op"]))
+    moved: dict[tuple, float] = {}
+    for i in np.flatnonzero(is_link)[np.argsort(t["start_s"][is_link], kind="stable")]:
+        key = (int(t["worker"][i]), int(t["step"][i]), int(t["op"][i]))
+        size = graph.work[0, t["op"][i]]
+        chunk_bytes[i] = size - win if key in moved else min(size, win)
+        moved[key] = moved.get(key, 0.0) + chunk_bytes[i]
+    for (w, k, op), total in moved.items():  # bytes are conserved
+        assert total == pytest.approx(graph.work[0, op])
+    # Capacity: the chunks inside any chunk's interval never carry more than B times its length.
+    for slot in (0, 2):
+        mask = is_link & (t["slot"] == slot)
+        starts, ends, sizes = t["start_s"][mask], t["end_s"][mask], chunk_bytes[mask]
+        for a, b in zip(starts, ends):
+            inside = (starts >= a) & (ends <= b)
+            assert sizes[inside].sum() <= 1.25e8 * (b - a) * (1 + 1e-9) + 1e-6
+
+
+@pytest.mark.parametrize("name", ["tiny", "alexnet", "resnet50"])
+def test_throughput_does_not_fall_as_bandwidth_rises_under_ps(bundled_profile, name):
+    profile = bundled_profile(name)
+    for workers in (1, 2, 4):
+        previous = 0.0
+        for mbit in (50, 100, 200, 400, 800, 1600, 3200):
+            cluster = ClusterModel.from_bandwidth(mbit * 1e6 / 8)
+            graph = prepare(profile, cluster, workers=workers)
+            value = throughput_eps(run(graph, cluster, SimConfig(workers=workers, steps=120, warmup=20)))
+            assert value >= previous, (workers, mbit, value, previous)
+            previous = value
+
+
+def test_results_are_deterministic_for_a_seed(bundled_profile):
+    profile = bundled_profile("tiny")
+    graph = prepare(profile, CLUSTER, workers=3)
+    a = run(graph, CLUSTER, SimConfig(workers=3, steps=50, warmup=5, seed=11))
+    b = run(graph, CLUSTER, SimConfig(workers=3, steps=50, warmup=5, seed=11))
+    c = run(graph, CLUSTER, SimConfig(workers=3, steps=50, warmup=5, seed=12))
+    assert np.array_equal(a.step_end_s, b.step_end_s)
+    assert not np.array_equal(a.step_end_s, c.step_end_s)
