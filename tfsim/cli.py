@@ -90,6 +90,9 @@ def _add_collect(sub) -> None:
     p.add_argument("--intra-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
     p.add_argument("--inter-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds")
+    p.add_argument("--capture", action="store_true",
+                   help="also measure the link with iperf3 -J (both directions, 3 runs each) and capture the job's "
+                        "gRPC traffic with tcpdump into capture.pcap.gz, for tfsim calibrate (needs root)")
     p.add_argument("--out", required=True, type=Path, metavar="RUN_DIR", help="run directory to create")
     p.add_argument("--force", action="store_true", help="replace RUN_DIR if it exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -104,7 +107,7 @@ def _run_collect(args) -> int:
         batch_size=args.batch, image_size=args.image_size, num_classes=args.num_classes, steps=args.steps,
         warmup_steps=args.warmup, trace_every=args.trace_every, workers=args.workers, ps_tasks=args.ps_tasks,
         placement=args.placement, intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
-        timeout_s=args.timeout,
+        timeout_s=args.timeout, capture=args.capture,
     )
     out = collect(config, progress=not args.no_progress, overwrite=args.force)
     print(out)

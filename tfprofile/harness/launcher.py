@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 from tfsim.errors import CollectError, UsageError
 from tfsim.fileio import write_json
 
+from tfprofile.harness.capture import Tcpdump, capture_filter, gzip_file, measure_bandwidth, require_root, require_tools
 from tfprofile.harness.task import PROGRESS_PREFIX
 
 RUN_FORMAT = "tfsim.run/1"
@@ -70,6 +71,9 @@ class CollectConfig:
     timeout_s: float = 1800.0
     startup_timeout_s: float = 180.0
     env: tuple[tuple[str, str], ...] = ()
+    capture: bool = False
+    iperf_repeats: int = 3
+    iperf_seconds: float = 3.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
@@ -166,6 +170,7 @@ def collect(
     overwrite: bool = False,
     hosts: Sequence[str] | None = None,
     command_prefixes: Sequence[Sequence[str]] | None = None,
+    capture_interface: str = "lo",
     on_event: Callable[[dict], None] | None = None,
 ) -> Path:
     """Run the job described by ``config``; return the completed run directory.
@@ -174,6 +179,10 @@ def collect(
     ``["ip", "netns", "exec", NS]`` per task) let the same launcher run tasks inside
     network namespaces; by default every task listens on 127.0.0.1.
 
+    With ``config.capture``, iperf3 first measures the link from the chief worker's host to
+    PS 0's host (both directions, raw results in ``iperf3/``), then tcpdump captures the job's
+    traffic on ``capture_interface`` of the chief worker's host into ``capture.pcap.gz``.
+
     Raises :class:`~tfsim.errors.UsageError` for bad options and
     :class:`~tfsim.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
     re-raised after every task has been stopped.
@@ -181,6 +190,10 @@ def collect(
     out = config.out_dir
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
+    if config.capture:
+        require_tools("tcpdump", "iperf3")
+        require_root("collect --capture")
+        print("tfsim: collect --capture runs tcpdump and iperf3 as root", file=sys.stderr, flush=True)
     ntasks = config.ps_tasks + config.workers
     hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
     prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
@@ -212,7 +225,14 @@ def collect(
     tasks: list[_Task] = []
     started = time.monotonic()
     bar = None
+    tcpdump = None
+    capture_record = None
     try:
+        chief_k = config.ps_tasks
+        if config.capture:
+            measure_bandwidth(partial, hosts[0], repeats=config.iperf_repeats, seconds=config.iperf_seconds,
+                              server_prefix=prefixes[0], client_prefix=prefixes[chief_k])
+            tcpdump = Tcpdump.start(partial / "capture.pcap", capture_interface, ports, prefix=prefixes[chief_k])
         roles = [("ps", i) for i in range(config.ps_tasks)] + [("worker", i) for i in range(config.workers)]
         for k, (role, index) in enumerate(roles):
             spec_path = partial / "logs" / f"{role}{index}.spec.json"
@@ -281,7 +301,13 @@ def collect(
         if bar is not None:
             bar.close()
             bar = None
-        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started)
+        if tcpdump is not None:
+            counts = tcpdump.stop()
+            tcpdump = None
+            (partial / "capture.tcpdump.log").unlink(missing_ok=True)
+            capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
+                              "filter": capture_filter(ports), **counts}
+        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record)
         if out.exists():
             shutil.rmtree(out)
         os.replace(partial, out)
@@ -291,6 +317,8 @@ def collect(
             bar.close()
         for t in tasks:
             t.stop()
+        if tcpdump is not None:
+            tcpdump.stop()
 
 
 def _merge_step_times(run_dir: Path, workers: int) -> None:
@@ -322,12 +350,13 @@ def machine_description() -> dict:
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
 
 
-def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_size: int, wall_s: float) -> None:
+def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_size: int, wall_s: float,
+                    capture: dict | None = None) -> None:
     _merge_step_times(run_dir, config.workers)
     versions_path = run_dir / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.exists() else {}
     versions_path.unlink(missing_ok=True)
-    traces = sorted(p.name for p in (run_dir / "trace").iterdir())
+    traces = sorted(p.name for p in (run_dir / "trace").glob("step_*.pb.gz"))
     if not traces:
         raise CollectError(f"the run traced no step ({run_dir / 'trace'})")
     config_record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()}
@@ -342,6 +371,8 @@ def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_s
         "versions": versions,
         "machine": machine_description(),
         "traced_steps": traces,
+        "capture": capture,
+        "iperf3": sorted(p.name for p in (run_dir / "iperf3").glob("*.json")) if (run_dir / "iperf3").is_dir() else [],
         "wall_time_s": round(wall_s, 3),
         "created_unix_s": round(time.time(), 3),
     })

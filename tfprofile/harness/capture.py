@@ -1,0 +1,153 @@
+"""Packet capture and bandwidth measurement around a profiling run (``collect --capture``).
+
+- :class:`Tcpdump` captures the job's gRPC traffic with a large kernel buffer and full
+  snaplen (FIELD-NOTES: the default buffer dropped 1,605 packets), and reports the kernel's
+  drop count when it stops;
+- :func:`measure_bandwidth` runs ``iperf3 -J`` from the worker's host to the PS's host in both
+  directions, a few times each, and keeps every raw result.
+
+Both need root (or the capture capabilities); tfsim says so before starting them. External
+tools are always called with an argument list, never through a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Sequence
+
+from tfsim.errors import CollectError, UsageError
+
+IPERF_PORT = 5201
+
+
+def require_tools(*tools: str) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise UsageError("--capture", f"needs {', '.join(missing)} on PATH (Debian: apt-get install "
+                                      f"{' '.join(missing)})")
+
+
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise UsageError("--capture", f"{what} needs root (packet capture); run as root or drop --capture")
+
+
+def capture_filter(ports: Sequence[int]) -> str:
+    """BPF filter for the job's gRPC ports (every TCP connection between the tasks uses one)."""
+    return "tcp and (" + " or ".join(f"port {int(p)}" for p in sorted(set(ports))) + ")"
+
+
+@dataclasses.dataclass
+class Tcpdump:
+    """A running tcpdump writing ``path``; stop it with :meth:`stop`."""
+
+    process: subprocess.Popen
+    path: Path
+    log_path: Path
+
+    @classmethod
+    def start(cls, path: Path, interface: str, ports: Sequence[int], prefix: Sequence[str] = (),
+              timeout_s: float = 10.0) -> "Tcpdump":
+        log_path = path.with_suffix(".tcpdump.log")
+        argv = [*prefix, "tcpdump", "-i", interface, "-B", "262144", "-s", "0", "-U", "-w", str(path),
+                capture_filter(ports)]
+        log = open(log_path, "w")
+        try:
+            process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        except OSError as exc:
+            raise CollectError(f"cannot start tcpdump: {exc}") from None
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:  # tcpdump says "listening on" once the capture is armed
+            if process.poll() is not None:
+                raise CollectError(f"tcpdump failed to start: {_last_line(log_path)} (log: {log_path})")
+            if "listening on" in log_path.read_text(errors="replace"):
+                return cls(process, path, log_path)
+            time.sleep(0.05)
+        cls(process, path, log_path).stop()
+        raise CollectError(f"tcpdump did not start capturing within {timeout_s:.0f} s (log: {log_path})")
+
+    def stop(self) -> dict:
+        """Stop the capture; return tcpdump's own counts (captured, dropped by kernel)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        counts = {key: int(m.group(1)) for key, pattern in (
+            ("captured", r"(\d+) packets? captured"), ("received_by_filter", r"(\d+) packets? received by filter"),
+            ("dropped_by_kernel", r"(\d+) packets? dropped by kernel"))
+            if (m := re.search(pattern, text))}
+        return counts
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(empty log)"
+
+
+def gzip_file(path: Path) -> Path:
+    """Compress ``path`` to ``path.gz`` in a streaming fashion; remove the original."""
+    target = path.with_name(path.name + ".gz")
+    with open(path, "rb") as src, gzip.GzipFile(target, "wb", compresslevel=6, mtime=0) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    path.unlink()
+    return target
+
+
+def measure_bandwidth(out_dir: Path, server_host: str, *, repeats: int = 3, seconds: float = 3.0,
+                      server_prefix: Sequence[str] = (), client_prefix: Sequence[str] = (),
+                      port: int = IPERF_PORT) -> list[Path]:
+    """``iperf3 -J`` from the worker (client) to the PS (server): uplink plain, downlink with ``-R``.
+
+    Writes ``out_dir/iperf3/{uplink,downlink}_K.json`` (raw iperf3 output) and returns the paths.
+    """
+    target = out_dir / "iperf3"
+    target.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(repeats):
+        for direction, extra in (("uplink", []), ("downlink", ["-R"])):
+            server = subprocess.Popen([*server_prefix, "iperf3", "-s", "-1", "-p", str(port)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            try:
+                result = None
+                for _ in range(50):  # the server needs a moment to listen
+                    result = subprocess.run([*client_prefix, "iperf3", "-c", server_host, "-p", str(port), "-J",
+                                             "-t", str(seconds), *extra], capture_output=True, text=True,
+                                            timeout=seconds + 30)
+                    if '"error"' not in result.stdout or "Connection refused" not in result.stdout:
+                        break
+                    time.sleep(0.1)
+                path = target / f"{direction}_{k}.json"
+                path.write_text(result.stdout)
+                try:
+                    error = json.loads(result.stdout).get("error")
+                except json.JSONDecodeError:
+                    error = result.stderr.strip() or "no JSON output"
+                if error:
+                    raise CollectError(f"iperf3 {direction} run failed: {error}")
+                paths.append(path)
+            finally:
+                if server.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+    return paths
