@@ -1,0 +1,1 @@
+"""The validation lab: emulated clusters on this machine, real runs, and the prediction error."""
