@@ -12,8 +12,8 @@ speed:
   change only when a link's or a host's set of busy workers changes; then only the chunks
   sharing that link (with several servers: that direction) or host are brought up to date
   and re-keyed. Everything else is untouched.
-- Ready ops wait in a small binary heap per slot, keyed by (priority, sequence number): FIFO
-  when every priority is 0, TicTac-style ordering otherwise.
+- Ready ops wait in a ring buffer per slot (FIFO, and HTTP/2's round of streams), or, for
+  an enforced transfer order, in a binary heap keyed by (priority, sequence number).
 
 Work is in bytes for transfers and in seconds for computation; a rate is bytes/s or
 seconds of work per second.
@@ -240,6 +240,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     qs = np.empty(qtotal, dtype=np.int64)
     qo = np.empty(qtotal, dtype=np.int64)
     qlen = np.zeros(G, dtype=np.int64)
+    qhead = np.zeros(G, dtype=np.int64)
     srem = np.zeros(n_workers * n_ops)
     sserved = np.zeros(n_workers * n_ops, dtype=np.bool_)
     waiting = np.empty(n_workers * n_ops, dtype=np.int64)
@@ -308,9 +309,15 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                         srem[w * n_ops + op] = work[samples[w, step_k[w]], op]
                         sserved[w * n_ops + op] = False
                     if cur_op[g] >= 0 or qlen[g] > 0:
-                        prio = priority[op] if slot_sched[slot] == SCHED_PRIORITY else 0.0
-                        _q_push(qp, qs, qo, qlen, qbase, g, prio, seq, op)
-                        seq += 1
+                        if slot_sched[slot] == SCHED_PRIORITY:
+                            _q_push(qp, qs, qo, qlen, qbase, g, priority[op], seq, op)
+                            seq += 1
+                        else:  # FIFO: a ring buffer
+                            tail = qhead[g] + qlen[g]
+                            if tail >= slot_cap[slot]:
+                                tail -= slot_cap[slot]
+                            qo[qbase[g] + tail] = op
+                            qlen[g] += 1
                     else:
                         to_start = op
                 else:
@@ -318,7 +325,14 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     g = w * n_slots + slot
                     if cur_op[g] < 0:
                         if qlen[g] > 0:
-                            to_start = _q_pop(qp, qs, qo, qlen, qbase, g)
+                            if slot_sched[slot] == SCHED_PRIORITY:
+                                to_start = _q_pop(qp, qs, qo, qlen, qbase, g)
+                            else:
+                                to_start = qo[qbase[g] + qhead[g]]
+                                qhead[g] += 1
+                                if qhead[g] == slot_cap[slot]:
+                                    qhead[g] = 0
+                                qlen[g] -= 1
                         else:
                             link = slot_link[slot]
                             if link >= 0:
@@ -357,8 +371,11 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                             sserved[k] = True
                             srem[k] = rem - win_bytes
                             last = False
-                            _q_push(qp, qs, qo, qlen, qbase, g, 0.0, seq, op)
-                            seq += 1
+                            tail = qhead[g] + qlen[g]
+                            if tail >= slot_cap[slot]:
+                                tail -= slot_cap[slot]
+                            qo[qbase[g] + tail] = op
+                            qlen[g] += 1
                         else:
                             chunk = rem
                             srem[k] = 0.0
