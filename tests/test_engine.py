@@ -64,14 +64,24 @@ def random_profiles(draw, max_ops=14, servers=1):
     return make_profile(resource, server, size, durations, edges)
 
 
-def engine_vs_reference(profile, config, cluster=CLUSTER, servers=None, priorities=None):
+def engine_vs_reference(profile, config, cluster=CLUSTER, servers=None, priorities=None, exact_arbiter=True):
+    """Largest relative difference of step end times between the engine and the reference.
+
+    Two float implementations may order a near-tie (two times equal in exact arithmetic,
+    reached by different float operations) differently, and then diverge (SPEC §3). Where
+    they disagree, the exact rational-arithmetic reference decides: the engine must match it.
+    """
     graph = prepare(profile, cluster, workers=config.workers, mode=config.mode, servers=servers,
                     priorities=priorities)
     fast = run(graph, cluster, config)
     _, ref_end = reference_run(graph, cluster, config)
     ref_end = np.array(ref_end, dtype=float)
-    scale = np.maximum(np.abs(ref_end), 1e-12)
-    return float(np.max(np.abs(fast.step_end_s - ref_end) / scale))
+    error = float(np.max(np.abs(fast.step_end_s - ref_end) / np.maximum(np.abs(ref_end), 1e-12)))
+    if error >= 1e-9 and exact_arbiter:
+        _, exact = reference_run(graph, cluster, config, numeric=Fraction)
+        exact = np.array([[float(x) for x in row] for row in exact])
+        error = float(np.max(np.abs(fast.step_end_s - exact) / np.maximum(np.abs(exact), 1e-12)))
+    return error
 
 
 CONFIG_SPACE = st.builds(
@@ -104,7 +114,7 @@ def test_engine_matches_reference_on_bundled_profiles(bundled_profile, name, tra
     profile = bundled_profile(name)
     priorities = np.random.default_rng(3).permutation(profile.graph.n_ops).astype(float)
     config = SimConfig(workers=3, transfer=transfer, steps=4 if name == "resnet50" else 8, warmup=1)
-    assert engine_vs_reference(profile, config, priorities=priorities) < 1e-9
+    assert engine_vs_reference(profile, config, priorities=priorities, exact_arbiter=False) < 1e-9
 
 
 @pytest.mark.parametrize("config", [
@@ -114,7 +124,7 @@ def test_engine_matches_reference_on_bundled_profiles(bundled_profile, name, tra
     SimConfig(workers=3, mode=Mode.ALLREDUCE, steps=120, warmup=10),
 ], ids=["one-worker", "sync", "fcfs", "allreduce"])
 def test_long_runs_agree_where_dynamics_are_not_chaotic(bundled_profile, config):
-    assert engine_vs_reference(bundled_profile("tiny"), config) < 1e-9
+    assert engine_vs_reference(bundled_profile("tiny"), config, exact_arbiter=False) < 1e-9
 
 
 def test_exact_rational_reference_on_a_small_case():
