@@ -24,12 +24,12 @@ from simulate.cluster import ClusterModel
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
 from simulate.engine import run
 from simulate.prepare import prepare
-from simulate.results import saturation_point, summarise
+from simulate.results import efficiency_one_worker, saturation_point, summarise
 
 ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
     "step_time_s", "step_time_mean_s", "step_time_p95_s", "util_downlink", "util_uplink", "bandwidth_down_Bps",
-    "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "sim_wall_s", "saturated",
+    "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "sim_wall_s", "efficiency_E", "saturated",
 )
 
 
@@ -54,7 +54,8 @@ def _as_list(value) -> list:
     return list(value)
 
 
-def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict):
+def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict,
+                with_efficiency: bool = False):
     colocation = options.get("colocation")
     if colocation is not None and callable(colocation):
         colocation = colocation(scenario.workers, scenario.servers or max(profile.graph.n_servers, 1))
@@ -63,7 +64,13 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
     config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=sharing, transfer=scenario.transfer,
                        steps=options["steps"], warmup=options["warmup"], seed=options["seed"],
                        flow_cap_Bps=options.get("flow_cap_Bps"), colocation=colocation)
-    return graph, summarise(run(graph, cluster, config))
+    result = run(graph, cluster, config)
+    efficiency = math.nan
+    if with_efficiency:
+        capacity = np.array([[cluster.downlink_Bps] * graph.n_servers, [cluster.uplink_Bps] * graph.n_servers])
+        values = efficiency_one_worker(result, capacity)
+        efficiency = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
+    return graph, summarise(result), efficiency
 
 
 def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
@@ -71,13 +78,15 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     steps, target = options["steps"], options.get("ci_target")
     while True:
         opts = {**options, "steps": steps, "warmup": min(options["warmup"], steps - 1)}
+        one = scenario.workers == 1
         if scenario.sharing is Sharing.HYBRID:
-            (graph, a), (_, b) = (_single_run(profile, cluster, scenario, s, opts) for s in (Sharing.PS, Sharing.FCFS))
+            (graph, a, efficiency), (_, b, _) = (_single_run(profile, cluster, scenario, s, opts, one)
+                                                 for s in (Sharing.PS, Sharing.FCFS))
             thr, ci = (a.throughput_eps + b.throughput_eps) / 2, (a.ci95_eps + b.ci95_eps) / 2
             summary = a
             step_time = (a.step_time_s + b.step_time_s) / 2
         else:
-            graph, summary = _single_run(profile, cluster, scenario, scenario.sharing, opts)
+            graph, summary, efficiency = _single_run(profile, cluster, scenario, scenario.sharing, opts, one)
             thr, ci, step_time = summary.throughput_eps, summary.ci95_eps, summary.step_time_s
         # Adaptive stopping: double the steps until the interval is tight enough (or the cap).
         if target is None or ci <= target * thr or steps >= options["max_steps"]:
@@ -92,7 +101,7 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
         "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
         "bandwidth_down_Bps": cluster.downlink_Bps, "bandwidth_up_Bps": cluster.uplink_Bps,
         "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,
-        "op_events": summary.op_events, "sim_wall_s": summary.wall_s,
+        "op_events": summary.op_events, "sim_wall_s": summary.wall_s, "efficiency_E": efficiency,
     }
 
 
@@ -196,7 +205,8 @@ def predict(
             doubling the steps up to ``max_steps``; the ``steps`` column reports what was used.
         jobs: parallel processes.
 
-    Columns: see ``ROW_COLUMNS``; ``saturated`` marks the saturation point of each curve.
+    Columns: see ``ROW_COLUMNS``; ``saturated`` marks the saturation point of each curve;
+    ``efficiency_E`` is TicTac's scheduling efficiency of the simulated steps (W = 1 rows only).
     """
     import pandas as pd
 
@@ -257,3 +267,25 @@ class _single_host:
 
 def default_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
+
+
+def ordering_summary(frame):
+    """Per transfer policy: E at W = 1, throughput at the smallest and largest W, and the gain
+    over ``http2`` at each W (best and where it is reached). One row per policy."""
+    import pandas as pd
+
+    rows = []
+    reference = frame[frame["policy"] == "http2"].set_index("workers")["throughput_eps"]
+    for policy, group in frame.groupby("policy", sort=False):
+        group = group.set_index("workers")
+        one = group.loc[group.index.min()]
+        row = {"policy": policy, "efficiency_E": one["efficiency_E"],
+               "throughput_W1_eps": one["throughput_eps"],
+               "throughput_Wmax_eps": group.loc[group.index.max(), "throughput_eps"]}
+        if len(reference):
+            gain = (group["throughput_eps"] / reference.reindex(group.index) - 1.0).dropna()
+            row["best_gain_over_http2"] = float(gain.max()) if len(gain) else math.nan
+            row["at_workers"] = int(gain.idxmax()) if len(gain) else None
+            row["mean_gain_over_http2"] = float(gain.mean()) if len(gain) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -119,3 +119,36 @@ def saturation_point(workers: np.ndarray, throughput: np.ndarray, within: float 
     best = np.nanmax(throughput)
     ok = throughput >= (1.0 - within) * best
     return int(workers[ok].min())
+
+
+def efficiency_one_worker(run: SimRun, capacity_Bps: np.ndarray) -> np.ndarray:
+    """TicTac's scheduling efficiency ``E = (U − m) / (U − L)`` (Eqs. 1-3) of worker 0's
+    measured steps, where nothing contends with it (meaningful for W = 1).
+
+    Per step: each op takes its simulated time alone (a transfer ``size / B`` of its link, a
+    computation its sampled duration, a parse op its overhead); ``U`` is their sum (everything
+    in sequence), ``L`` the busiest resource's sum (perfect overlap), ``m`` the simulated step
+    time. ``capacity_Bps`` is (2, M): the downlink and uplink rate of each server.
+    """
+    from tfprofile.dag import Resource
+
+    graph = run.graph
+    W = run.config.workers
+    warmup = run.config.warmup
+    res, server = graph.resource, np.maximum(graph.server, 0)
+    link_rate = np.ones(graph.n_ops)
+    down, up = res == Resource.DOWNLINK, res == Resource.UPLINK
+    link_rate[down] = capacity_Bps[0][server[down]]
+    link_rate[up] = capacity_Bps[1][server[up]]
+    # One resource class per (resource, server), as the engine's slots.
+    classes = res.astype(np.int64) * (graph.n_servers + 1) + np.where(res == Resource.WORKER, 0, server)
+    rng = np.random.default_rng(run.config.seed)
+    samples = rng.integers(0, graph.n_steps, size=(W, run.config.steps))[0]  # the engine's draw
+    values = []
+    for k in range(warmup, run.config.steps):
+        time_s = graph.work[samples[k]] / link_rate
+        upper = time_s.sum()
+        lower = np.bincount(classes, weights=time_s).max()
+        makespan = run.step_end_s[0, k] - run.step_start_s[0, k]
+        values.append((upper - makespan) / (upper - lower) if upper > lower else np.nan)
+    return np.array(values)

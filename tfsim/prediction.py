@@ -86,6 +86,37 @@ def format_table(frame) -> str:
     return show[cols].to_string(index=False)
 
 
+def format_ordering_summary(summary) -> str:
+    """The per-policy comparison as a terminal table."""
+    show = summary.copy()
+    show["E (W=1)"] = show["efficiency_E"].map(lambda x: "n/a" if x != x else f"{x:.2f}")
+    show["thr W=1"] = show["throughput_W1_eps"].map(lambda x: f"{x:,.1f}")
+    show["thr Wmax"] = show["throughput_Wmax_eps"].map(lambda x: f"{x:,.1f}")
+    cols = ["policy", "E (W=1)", "thr W=1", "thr Wmax"]
+    if "best_gain_over_http2" in show:
+        show["best gain vs http2"] = [f"{g * 100:+.1f}% at W={w}" if g == g else "n/a"
+                                      for g, w in zip(show["best_gain_over_http2"], show["at_workers"])]
+        show["mean gain"] = show["mean_gain_over_http2"].map(lambda x: "n/a" if x != x else f"{x * 100:+.1f}%")
+        cols += ["best gain vs http2", "mean gain"]
+    return show[cols].to_string(index=False)
+
+
+def ordering_verdict(summary, threshold: float = 0.02) -> str:
+    """One sentence answering "should I enable TicTac on this job?"."""
+    if "best_gain_over_http2" not in summary:
+        return "no http2 baseline in this sweep: add --transfer http2 to compare orders against gRPC's default"
+    candidates = summary[summary["policy"] != "http2"].dropna(subset=["mean_gain_over_http2"])
+    if candidates.empty:
+        return "no other order to compare"
+    best = candidates.loc[candidates["mean_gain_over_http2"].idxmax()]
+    if best["mean_gain_over_http2"] > threshold:
+        return (f"verdict: enforcing the {best['policy']} order is predicted to gain "
+                f"{best['mean_gain_over_http2'] * 100:.1f}% on average over this sweep "
+                f"(up to {best['best_gain_over_http2'] * 100:.1f}% at W={best['at_workers']}): worth trying")
+    return (f"verdict: no order beats http2 by more than {threshold * 100:.0f}% on average over this sweep "
+            f"(best: {best['policy']}, {best['mean_gain_over_http2'] * 100:+.1f}%): not worth enforcing")
+
+
 def load_inputs(args):
     """Profile and cluster from the command line (``--cluster`` and/or ``--bandwidth``)."""
     from calibration.cluster_file import load_cluster
@@ -102,7 +133,7 @@ def load_inputs(args):
 def run_cli(args) -> int:
     import pandas as pd  # noqa: F401  (fail early and clearly if the environment lacks it)
 
-    from simulate.predict import default_jobs, predict
+    from simulate.predict import default_jobs, ordering_summary, predict
 
     profile, cluster, bandwidth = load_inputs(args)
     transfers = [t.strip() for t in args.transfer.split(",") if t.strip()]
@@ -132,8 +163,16 @@ def run_cli(args) -> int:
           f"uplink {format_rate(effective.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
           f"first {args.warmup} dropped; * = saturation point)")
     print(format_table(frame))
+    extra = {}
+    if frame["policy"].nunique() > 1 and len(sharings) == 1:
+        summary = ordering_summary(frame)
+        print()
+        print(format_ordering_summary(summary))
+        print(ordering_verdict(summary))
+        extra["orderings"] = json.loads(summary.to_json(orient="records"))
+        extra["ordering_verdict"] = ordering_verdict(summary)
     if args.json:
-        write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=effective))
+        write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=effective, extra=extra))
     if args.csv:
         with atomic_output(args.csv) as handle:
             frame.to_csv(handle, index=False, float_format="%.9g")
