@@ -23,6 +23,7 @@ from a 1-PS/1-worker profiling run.
 workflow:
   tfsim collect   run a real 1-PS/1-worker TF1 job here and trace it
   tfsim profile   turn the traces into an op DAG profile; summarise a profile
+  tfsim calibrate fit bandwidth, HTTP/2 window and parsing overhead from a captured run
   tfsim order     TicTac transfer priorities (TIC, TAC) and scheduling efficiency
   tfsim predict   simulate the job on W workers and M servers: throughput table and plot
   tfsim demo      all of the above on the bundled real data, in one command
@@ -72,7 +73,7 @@ def _add_collect(sub) -> None:
     )
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", default="tiny",
-                       help="built-in model: tiny, alexnet, vgg11, resnet50, inception3 (default: tiny)")
+                       help="built-in model: tiny, alexnet, vgg11, resnet50, inception3, wide_mlp (default: tiny)")
     model.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (see below)")
     p.add_argument("--batch", type=_positive_int, default=32, help="examples per step and worker (default: 32)")
     p.add_argument("--image-size", type=_non_negative_int, default=0,
@@ -87,6 +88,11 @@ def _add_collect(sub) -> None:
     p.add_argument("--ps-tasks", type=_positive_int, default=1, help="parameter-server tasks (default: 1)")
     p.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
                    help="variable placement over PS tasks (default: round_robin, TensorFlow's default)")
+    p.add_argument("--zero-init", action="store_true",
+                   help="initialise the weights to zero: same timings, but captures compress a thousandfold")
+    p.add_argument("--grpc-options", metavar="OPTS",
+                   help="TF_GRPC_DEFAULT_OPTIONS for every task, e.g. "
+                        "'grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535' to pin a small HTTP/2 window")
     p.add_argument("--intra-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
     p.add_argument("--inter-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds")
@@ -107,7 +113,8 @@ def _run_collect(args) -> int:
         batch_size=args.batch, image_size=args.image_size, num_classes=args.num_classes, steps=args.steps,
         warmup_steps=args.warmup, trace_every=args.trace_every, workers=args.workers, ps_tasks=args.ps_tasks,
         placement=args.placement, intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
-        timeout_s=args.timeout, capture=args.capture,
+        timeout_s=args.timeout, capture=args.capture, zero_init=args.zero_init,
+        env=(("TF_GRPC_DEFAULT_OPTIONS", args.grpc_options),) if args.grpc_options else (),
     )
     out = collect(config, progress=not args.no_progress, overwrite=args.force)
     print(out)
@@ -153,6 +160,32 @@ def _run_profile(args) -> int:
     print(format_summary(summarize(profile)), file=sys.stderr)
     print(args.output)
     return 0
+
+
+# ---------------------------------------------------------------------------- calibrate
+
+def _add_calibrate(sub) -> None:
+    p = sub.add_parser(
+        "calibrate", help="fit B, the HTTP/2 window and the parsing overhead from a captured run",
+        description="Fit the cluster's link bandwidth B (iperf3 -J, per direction), the HTTP/2 flow-control window "
+                    "WIN (from the capture's SETTINGS and BDP-probe raises), and the parsing overhead alpha*size+beta "
+                    "(last DATA frame on the wire to the end of the RecvTensor record, robust Theil-Sen fit), and "
+                    "check how well each transfer model reproduces the captured stream end times (ICPE Table 1). "
+                    "RUN_DIR comes from tfsim collect --capture.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="CLUSTER.json")
+    p.add_argument("--backend", choices=("scapy", "tshark"), default="scapy",
+                   help="capture decoder (default: scapy; tshark is the slower, independent reference)")
+    p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
+    p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
+    p.set_defaults(handler=_run_calibrate)
+
+
+def _run_calibrate(args) -> int:
+    from calibration.cli import run_cli
+
+    return run_cli(args)
 
 
 # ---------------------------------------------------------------------------- predict
@@ -236,7 +269,7 @@ def _add_order(sub) -> None:
     order_cli.add_parser(sub)
 
 
-_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_order, _add_predict, _add_demo)
+_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_calibrate, _add_order, _add_predict, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

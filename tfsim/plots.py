@@ -12,7 +12,7 @@ import os
 from tfsim.fileio import write_bytes
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,7 +30,7 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
     95% confidence band and the saturation point marked. ``measured`` is a frame with
     ``workers`` and ``throughput_eps`` (drawn as points); ``baselines`` one with ``workers``,
     ``model`` and ``throughput_eps`` (dashed lines)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=120)
     varying = [c for c in ("policy", "sharing", "mode", "servers") if c in frame and frame[c].nunique() > 1]
     groups = frame.groupby(varying, sort=False) if varying else [((), frame)]
@@ -64,7 +64,7 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
 
 def figure_png(fig) -> bytes:
     """The figure as PNG bytes (and closes it)."""
-    plt = _pyplot()
+    plt = pyplot()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", metadata={"Software": None})
     plt.close(fig)
@@ -73,7 +73,7 @@ def figure_png(fig) -> bytes:
 
 def save_figure(fig, path: str | os.PathLike) -> None:
     """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically."""
-    plt = _pyplot()
+    plt = pyplot()
     buffer = io.BytesIO()
     fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
     fmt = fmt if fmt in ("png", "svg", "pdf") else "png"

@@ -41,7 +41,7 @@ from tfprofile.harness.task import PROGRESS_PREFIX
 
 RUN_FORMAT = "tfsim.run/1"
 INCOMPLETE_SUFFIX = ".incomplete"
-ZOO_MODELS = ("tiny", "alexnet", "vgg11", "resnet50", "inception3")
+ZOO_MODELS = ("tiny", "alexnet", "vgg11", "resnet50", "inception3", "wide_mlp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,7 @@ class CollectConfig:
     startup_timeout_s: float = 180.0
     env: tuple[tuple[str, str], ...] = ()
     capture: bool = False
+    zero_init: bool = False
     iperf_repeats: int = 3
     iperf_seconds: float = 3.0
 
@@ -215,7 +216,7 @@ def collect(
         "steps": config.steps, "warmup_steps": config.warmup_steps, "trace_every": config.trace_every,
         "workers": config.workers, "placement": config.placement,
         "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
-        "learning_rate": config.learning_rate, "out_dir": str(partial.resolve()),
+        "learning_rate": config.learning_rate, "out_dir": str(partial.resolve()), "zero_init": config.zero_init,
     }
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
     # The task processes import this project by module name: keep it importable from anywhere.

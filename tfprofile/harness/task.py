@@ -151,7 +151,8 @@ def run_worker(spec: dict) -> int:
         worker_device=f"/job:worker/task:{index}", cluster=cluster, ps_strategy=_ps_strategy(spec))
     with tf1.device(setter):
         global_step = tf1.train.get_or_create_global_step()
-        options = ModelOptions(spec["batch_size"], spec["image_size"], spec["num_classes"])
+        options = ModelOptions(spec["batch_size"], spec["image_size"], spec["num_classes"],
+                               spec.get("zero_init", False))
         loss, batch_size = _load_model_fn(spec)(options)
         optimizer = tf1.train.GradientDescentOptimizer(spec["learning_rate"])
         train_op = optimizer.minimize(loss, global_step=global_step)

@@ -12,7 +12,12 @@ alexnet    5 conv + 3 fc (227 px input)      227
 vgg11      VGG configuration A               224
 resnet50   ResNet-50 v1, bottleneck blocks   224
 inception3 Inception-v3 (no auxiliary head)  299
+wide_mlp   5 dense layers: one 16 MiB, three (no images)
+           4 MiB, one 200 KB weight tensor
 ========== ================================= =======================
+
+``wide_mlp`` puts several 4-16 MiB tensors in flight at once, the case where gRPC's HTTP/2
+flow control shapes the transfers; it exists to calibrate transfer models.
 
 Differences from tf_cnn_benchmarks, on purpose: no dropout (randomness that changes no
 transfer), and batch normalisation without moving averages (they are not trained
@@ -38,23 +43,31 @@ class ModelOptions:
     """What a model function receives.
 
     ``image_size`` of 0 means the model's default. ``num_classes`` of 0 likewise.
+    ``zero_init`` initialises every weight to zero: the same ops, sizes and timings (kernels
+    do not depend on values), but packet captures of the run compress a thousandfold.
     """
 
     batch_size: int
     image_size: int = 0
     num_classes: int = 0
+    zero_init: bool = False
 
 
-DEFAULT_IMAGE_SIZE = {"tiny": 32, "alexnet": 227, "vgg11": 224, "resnet50": 224, "inception3": 299}
-DEFAULT_CLASSES = {"tiny": 10, "alexnet": 1000, "vgg11": 1000, "resnet50": 1000, "inception3": 1000}
-MIN_IMAGE_SIZE = {"tiny": 8, "alexnet": 67, "vgg11": 32, "resnet50": 32, "inception3": 75}
+DEFAULT_IMAGE_SIZE = {"tiny": 32, "alexnet": 227, "vgg11": 224, "resnet50": 224, "inception3": 299, "wide_mlp": 32}
+DEFAULT_CLASSES = {"tiny": 10, "alexnet": 1000, "vgg11": 1000, "resnet50": 1000, "inception3": 1000,
+                   "wide_mlp": 10}
+MIN_IMAGE_SIZE = {"tiny": 8, "alexnet": 67, "vgg11": 32, "resnet50": 32, "inception3": 75, "wide_mlp": 1}
 
 
 class _Layers:
     """Small helper that names variables layer by layer, like the benchmarks' ConvNetBuilder."""
 
-    def __init__(self) -> None:
+    def __init__(self, zero_init: bool = False) -> None:
         self._counts: dict[str, int] = {}
+        self._zero = zero_init
+
+    def _init(self, initializer):
+        return tf1.zeros_initializer() if self._zero else initializer
 
     def _scope(self, kind: str) -> str:
         n = self._counts.get(kind, 0)
@@ -66,20 +79,19 @@ class _Layers:
         with tf1.variable_scope(self._scope("conv")):
             w = tf1.get_variable(
                 "weights", [kh, kw, int(x.shape[-1]), filters],
-                initializer=tf1.variance_scaling_initializer(),
+                initializer=self._init(tf1.variance_scaling_initializer()),
             )
             y = tf.nn.conv2d(x, w, strides=[1, stride, stride, 1], padding=padding)
             if bn:
                 y = self._batch_norm(y)
             else:
-                b = tf1.get_variable("biases", [filters], initializer=tf1.zeros_initializer())
+                b = tf1.get_variable("biases", [filters], initializer=self._init(tf1.zeros_initializer()))
                 y = tf.nn.bias_add(y, b)
         return tf.nn.relu(y) if relu else y
 
-    @staticmethod
-    def _batch_norm(x):
+    def _batch_norm(self, x):
         channels = int(x.shape[-1])
-        gamma = tf1.get_variable("gamma", [channels], initializer=tf1.ones_initializer())
+        gamma = tf1.get_variable("gamma", [channels], initializer=self._init(tf1.ones_initializer()))
         beta = tf1.get_variable("beta", [channels], initializer=tf1.zeros_initializer())
         y, _, _ = tf1.nn.fused_batch_norm(x, gamma, beta, epsilon=1e-3, is_training=True)
         return y
@@ -87,7 +99,7 @@ class _Layers:
     def fc(self, x, units, relu=True):
         with tf1.variable_scope(self._scope("affine")):
             w = tf1.get_variable("weights", [int(x.shape[-1]), units],
-                                 initializer=tf1.variance_scaling_initializer())
+                                 initializer=self._init(tf1.variance_scaling_initializer()))
             b = tf1.get_variable("biases", [units], initializer=tf1.zeros_initializer())
             y = tf.nn.bias_add(tf.matmul(x, w), b)
         return tf.nn.relu(y) if relu else y
@@ -147,6 +159,17 @@ def _resnet50(L: _Layers, x, classes):
             x = tf.nn.relu(y + shortcut)
             in_filters = depth
     x = tf.reduce_mean(x, axis=[1, 2])
+    return L.fc(x, classes, relu=False)
+
+
+def _wide_mlp(L: _Layers, x, classes):
+    x = tf.reshape(tf.reduce_mean(x, axis=[1, 2]), [-1, 3])
+    x = tf.tile(x, [1, 342])[:, :1024]
+    x = L.fc(x, 4096)   # 1024 x 4096 floats: 16 MiB
+    x = L.fc(x, 256)    # 4 MiB
+    x = L.fc(x, 4096)   # 4 MiB
+    x = L.fc(x, 256)    # 4 MiB
+    x = L.fc(x, 200)    # 200 KB
     return L.fc(x, classes, relu=False)
 
 
@@ -220,6 +243,7 @@ _ARCHITECTURES: dict[str, Callable] = {
     "vgg11": _vgg11,
     "resnet50": _resnet50,
     "inception3": _inception3,
+    "wide_mlp": _wide_mlp,
 }
 
 MODELS = tuple(_ARCHITECTURES)
@@ -240,6 +264,6 @@ def build_model(name: str, options: ModelOptions):
     batch = options.batch_size
     images = tf.random.uniform([batch, size, size, 3], name="synthetic_images")
     labels = tf.random.uniform([batch], maxval=classes, dtype=tf.int32, name="synthetic_labels")
-    logits = _ARCHITECTURES[name](_Layers(), images, classes)
+    logits = _ARCHITECTURES[name](_Layers(options.zero_init), images, classes)
     xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     return tf.reduce_mean(xent, name="loss"), batch

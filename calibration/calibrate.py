@@ -1,0 +1,241 @@
+"""``tfsim calibrate``: fit a cluster's B, WIN and α/β from a captured 1-PS/1-worker run (SPEC §1).
+
+Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf3/*.json``,
+``capture.pcap.gz`` and the traced steps. What is fitted, and from what:
+
+- **Bandwidth B** per direction: the median ``end.sum_received`` rate of the repeated
+  ``iperf3 -J`` runs (downlink = ``-R`` runs, PS to worker), with their spread. The
+  capture's own busy rate (the rate large streams reach while they send) is reported
+  beside it as a check.
+- **Window WIN** per direction: the receiver's HTTP/2 stream window (INITIAL_WINDOW_SIZE as
+  the receiver advertised it, BDP-probe raises included) in force when each tensor stream
+  started sending; the single value the ``http2`` model uses is the byte-weighted median
+  over the traced steps, i.e. the window most of the bytes were sent under. Its timeline
+  (initial value and every raise, relative to the capture start) is stored too.
+- **Overhead** ``alpha * size + beta`` per direction (ICPE §3.2.1): the delay from the last
+  DATA frame of a tensor's stream on the wire to the end of its RecvTensor record, against
+  the tensor's size, fitted with Theil-Sen (robust to late records), with R², n and the
+  residuals. The uplink's record ends on the PS's clock and the capture runs on the worker's
+  host: the same clock in the lab, synchronised clocks (NTP) on a real cluster.
+- **Model check** (ICPE Table 1): each traced step's streams of each direction are replayed
+  through the ``http2`` and ``fifo`` models, arrivals at the captured request times, sizes
+  from the capture, B and WIN as fitted; the relative error of every stream's end time is
+  ``|modelled − captured| / (captured − t0)`` with t0 the step's first request in that
+  direction, over streams of at least ``min_stream_bytes`` (100 KB: a stream that ends a few
+  ms after the step starts would make the relative error explode, FIELD-NOTES).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from tfsim.errors import InputError, RunDirError
+
+from calibration.cluster_file import CLUSTER_FORMAT
+from calibration.fit import LineFit, theil_sen
+from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
+
+DIRECTIONS = ("downlink", "uplink")
+MIN_STREAM_BYTES = 100_000
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamSample:
+    """One tensor transfer seen both in the trace and on the wire."""
+
+    direction: str
+    step_file: str
+    tensor_name: str
+    size_bytes: int
+    request_s: float          # the receiver's request (HEADERS) on the wire
+    send_ready_s: float       # the RecvTensor record's start: the later of request and sender ready
+    first_data_s: float
+    last_data_s: float
+    record_end_s: float       # the RecvTensor record's end (data parsed and available)
+    window_bytes: int         # the receiver's stream window when the stream started sending
+
+    @property
+    def overhead_s(self) -> float:
+        return self.record_end_s - self.last_data_s
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Everything ``tfsim calibrate`` finds; :meth:`to_cluster_json` is the CLUSTER.json object."""
+
+    run_dir: str
+    bandwidth_Bps: dict
+    bandwidth_spread_Bps: dict
+    busy_rate_Bps: dict
+    window_bytes: dict
+    window_timeline: dict
+    overhead: dict[str, LineFit]
+    overhead_pooled: LineFit
+    model_error: dict
+    samples: tuple[StreamSample, ...]
+    tensorflow: str | None
+    capture_notes: tuple[str, ...]
+
+    def to_cluster_json(self, default_transfer: str = "http2") -> dict:
+        error = self.model_error.get(default_transfer, {}).get("all", {})
+        return {
+            "format": CLUSTER_FORMAT,
+            "bandwidth_Bps": self.bandwidth_Bps,
+            "bandwidth_spread_Bps": self.bandwidth_spread_Bps,
+            "busy_rate_Bps": self.busy_rate_Bps,
+            "win_bytes": self.window_bytes["downlink"],
+            "win_bytes_by_direction": self.window_bytes,
+            "window_timeline": self.window_timeline,
+            "alpha_s_per_byte": self.overhead_pooled.slope,
+            "beta_s": self.overhead_pooled.intercept,
+            "overhead": {d: {"alpha_s_per_byte": f.slope, "beta_s": f.intercept, "r2": f.r2, "n": f.n,
+                             "residual_median_abs_s": f.residual_median_abs, "residual_p95_abs_s": f.residual_p95_abs,
+                             "method": f.method} for d, f in self.overhead.items()},
+            "default_transfer": default_transfer,
+            "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
+            "transfer_model_error": self.model_error,
+            "provenance": {"run_dir": self.run_dir, "tensorflow": self.tensorflow,
+                           "capture_notes": list(self.capture_notes),
+                           "streams_matched": len(self.samples),
+                           "error_definition": f"|modelled - captured| / (captured - first request of the step in "
+                                               f"that direction), streams >= {MIN_STREAM_BYTES} bytes"},
+        }
+
+
+def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
+    from netcapture import summarise_iperf
+
+    rates, spread = {}, {}
+    for direction in DIRECTIONS:
+        files = sorted((run_dir / "iperf3").glob(f"{direction}_*.json"))
+        if not files:
+            raise RunDirError(run_dir / "iperf3", f"has no {direction}_*.json: collect with --capture")
+        summary = summarise_iperf(files)
+        rates[direction] = summary.received_bits_per_s.median / 8
+        spread[direction] = {"min": summary.received_bits_per_s.minimum / 8,
+                             "max": summary.received_bits_per_s.maximum / 8, "runs": len(files)}
+    return rates, spread
+
+
+def _samples(capture, match) -> list[StreamSample]:
+    out = []
+    for m in match.matches:
+        t, s = m.transfer, m.stream
+        if t.direction not in DIRECTIONS or s.response_last_data_time_s is None:
+            continue
+        first = s.response_first_data_time_s
+        window = capture.flow_control_of(s).initial_window_at(first if first is not None else s.request_headers_time_s)
+        out.append(StreamSample(t.direction, t.step_file, t.tensor_name, int(t.requested_bytes),
+                                float(s.request_headers_time_s), float(t.start_s),
+                                float(first if first is not None else s.response_last_data_time_s),
+                                float(s.response_last_data_time_s), float(t.end_s), int(window)))
+    return out
+
+
+def _busy_rate(samples: list[StreamSample]) -> dict:
+    """Per direction: the 90th percentile of large streams' rates while sending (stalls lower the
+    others), or None without a stream of 1 MB."""
+    out = {}
+    for direction in DIRECTIONS:
+        rates = [s.size_bytes / (s.last_data_s - s.first_data_s) for s in samples
+                 if s.direction == direction and s.size_bytes >= 1_000_000 and s.last_data_s > s.first_data_s]
+        out[direction] = float(np.percentile(rates, 90)) if rates else None
+    return out
+
+
+def _window(samples: list[StreamSample], capture) -> tuple[dict, dict]:
+    windows, timelines = {}, {}
+    start = min((s.request_s for s in samples), default=0.0)
+    for direction in DIRECTIONS:
+        mine = [s for s in samples if s.direction == direction]
+        if not mine:
+            windows[direction] = None
+            continue
+        order = np.argsort([s.window_bytes for s in mine])
+        values = np.array([mine[i].window_bytes for i in order], dtype=float)
+        weights = np.cumsum([max(mine[i].size_bytes, 1) for i in order], dtype=float)
+        windows[direction] = int(values[np.searchsorted(weights, weights[-1] / 2)])
+    for timeline in capture.flow_control:
+        if timeline.data_from_client:
+            continue  # requests: not tensor data
+        direction = _direction_of_timeline(timeline, samples, capture)
+        if direction and direction not in timelines:
+            timelines[direction] = [{"t_s": round(t - start, 6), "window_bytes": v}
+                                    for t, v in timeline.initial_window_timeline]
+    return windows, timelines
+
+
+def _direction_of_timeline(timeline, samples, capture) -> str | None:
+    direction_of = {s.tensor_name: s.direction for s in samples}
+    for stream in capture.recv_tensor_streams():
+        if stream.connection == timeline.connection and stream.tensor_name in direction_of:
+            return direction_of[stream.tensor_name]
+    return None
+
+
+def _overhead(samples: list[StreamSample]) -> tuple[dict, LineFit]:
+    fits = {}
+    for direction in DIRECTIONS:
+        mine = [s for s in samples if s.direction == direction]
+        if len(mine) >= 2:
+            fits[direction] = theil_sen([s.size_bytes for s in mine], [s.overhead_s for s in mine],
+                                        source=f"{direction} overhead samples")
+    if not fits:
+        raise InputError(None, "too few matched streams to fit the parsing overhead")
+    pooled = theil_sen([s.size_bytes for s in samples], [s.overhead_s for s in samples])
+    return fits, pooled
+
+
+def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict,
+                min_stream_bytes: int = MIN_STREAM_BYTES) -> dict:
+    """Relative end-time errors of each transfer model, per direction and over both (ICPE Table 1)."""
+    errors: dict[str, dict[str, list]] = {m: defaultdict(list) for m in ("http2", "fifo")}
+    by_step: dict[tuple[str, str], list[StreamSample]] = defaultdict(list)
+    for s in samples:
+        by_step[(s.step_file, s.direction)].append(s)
+    for (step, direction), streams in sorted(by_step.items()):
+        arrival = np.array([s.request_s for s in streams])
+        size = np.array([s.size_bytes for s in streams], dtype=float)
+        actual = np.array([s.last_data_s for s in streams])
+        t0 = arrival.min()
+        big = size >= min_stream_bytes
+        win = windows.get(direction) or math.inf
+        for model, ends in (("http2", replay_http2(arrival - t0, size, bandwidth[direction], win)),
+                            ("fifo", replay_fifo(arrival - t0, size, bandwidth[direction]))):
+            errs = relative_errors(ends + t0, actual, t0)[big]
+            errors[model][direction].extend(errs.tolist())
+            errors[model]["all"].extend(errs.tolist())
+    return {model: {key: error_summary(values) for key, values in per.items()} for model, per in errors.items()}
+
+
+def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
+    """Fit B, WIN and α/β from a run directory made by ``tfsim collect --capture``."""
+    from netcapture import match_run, read_capture, run_server_ports
+
+    from tfprofile.rundir import open_run_dir
+
+    run_dir = Path(run_dir)
+    run = open_run_dir(run_dir)
+    captures = sorted(run_dir.glob("capture.pcap*"))
+    if not captures:
+        raise RunDirError(run_dir, "has no capture.pcap(.gz): collect with --capture")
+    bandwidth, spread = _bandwidth(run_dir)
+    capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run_dir))
+    match = match_run(capture, run_dir)
+    samples = _samples(capture, match)
+    if not samples:
+        raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
+    windows, timelines = _window(samples, capture)
+    fits, pooled = _overhead(samples)
+    return Calibration(
+        run_dir=str(run_dir), bandwidth_Bps=bandwidth, bandwidth_spread_Bps=spread, busy_rate_Bps=_busy_rate(samples),
+        window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
+        model_error=model_check(samples, bandwidth, windows), samples=tuple(samples),
+        tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
+    )

@@ -1,0 +1,48 @@
+"""``tfsim calibrate``: run the fits, write CLUSTER.json and the figures, print a summary."""
+
+from __future__ import annotations
+
+import json
+
+from tfsim.units import format_rate
+
+from calibration.calibrate import calibrate_run
+from calibration.cluster_file import save_cluster
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f}%"
+
+
+def format_calibration(document: dict) -> str:
+    bw, busy, spread = document["bandwidth_Bps"], document["busy_rate_Bps"], document["bandwidth_spread_Bps"]
+    lines = []
+    for d in ("downlink", "uplink"):
+        lines.append(f"{d:<8} B {format_rate(bw[d])} (iperf3 median of {spread[d]['runs']}, "
+                     f"{format_rate(spread[d]['min'])}..{format_rate(spread[d]['max'])})  "
+                     f"WIN {document['win_bytes_by_direction'].get(d)} bytes")
+        o = document["overhead"].get(d)
+        if o:
+            lines.append(f"{'':<8} overhead {o['alpha_s_per_byte'] * 1e9:.3g} ns/byte + {o['beta_s'] * 1e3:.3g} ms "
+                         f"(Theil-Sen, n={o['n']}, R²={o['r2']:.2f}, median |residual| "
+                         f"{o['residual_median_abs_s'] * 1e3:.2f} ms)")
+    lines.append("stream end-time error (median / p95 over streams >= 100 KB):")
+    for model, per in document["transfer_model_error"].items():
+        cells = "  ".join(f"{d} {_pct(e.get('median'))} / {_pct(e.get('p95'))}" for d, e in per.items() if d != "all")
+        lines.append(f"  {model:<6} {cells}")
+    lines.append(f"default transfer model: {document['default_transfer']}")
+    return "\n".join(lines)
+
+
+def run_cli(args) -> int:
+    calibration = calibrate_run(args.run_dir, backend=args.backend)
+    document = calibration.to_cluster_json()
+    save_cluster(document, args.output)
+    if args.plots:
+        from calibration.plots import overhead_figure, stream_timeline_figure
+        from tfsim.plots import save_figure
+
+        save_figure(overhead_figure(calibration), args.plots / "overhead.png")
+        save_figure(stream_timeline_figure(calibration), args.plots / "streams.png")
+    print(json.dumps(document, indent=2) if args.json else format_calibration(document))
+    return 0

@@ -1,0 +1,154 @@
+"""Calibration: the fits, the single-link replay, and the whole fit on the bundled shaped captures."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from calibration.calibrate import calibrate_run
+from calibration.cluster_file import ClusterFormatError, load_cluster
+from calibration.fit import least_squares, theil_sen
+from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
+from simulate.cluster import ClusterModel
+from simulate.config import SimConfig, Transfer
+from simulate.engine import run
+from simulate.prepare import prepare
+from tfsim.cli import main
+from tfsim.errors import InputError
+
+SHAPED = {"wide_1gbit": 1e9, "wide_100mbit": 1e8, "wide_1gbit_smallwin": 1e9}
+
+
+def test_theil_sen_ignores_outliers_that_drag_least_squares():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 20e6, 200)
+    y = 2e-10 * x + 1e-3 + rng.normal(0, 1e-5, 200)
+    y[:30] += rng.uniform(5e-3, 3e-2, 30)  # late records
+    robust, plain = theil_sen(x, y), least_squares(x, y)
+    assert robust.slope == pytest.approx(2e-10, rel=0.05)
+    assert robust.intercept == pytest.approx(1e-3, abs=1e-4)
+    assert abs(plain.intercept - 1e-3) > 5 * abs(robust.intercept - 1e-3)
+    assert robust.n == 200 and robust.method == "theil-sen"
+
+
+def test_theil_sen_needs_samples():
+    with pytest.raises(InputError, match="no usable samples"):
+        theil_sen([], [])
+    one = theil_sen([5, 5, 5], [1.0, 2.0, 3.0])
+    assert one.slope == 0 and one.intercept == 2.0
+
+
+def test_replay_http2_cuts_once_and_fifo_does_not():
+    # C is sent whole; A (5 windows) gets one window, then waits behind B; B whole; then A's rest.
+    assert list(replay_http2([0, 0, 0], [100, 500, 100], 100.0, 100)) == [1.0, 7.0, 3.0]
+    assert list(replay_fifo([0, 0, 0], [100, 500, 100], 100.0)) == [1.0, 6.0, 7.0]
+    # An idle link waits for the next arrival.
+    assert list(replay_fifo([0, 10], [100, 100], 100.0)) == [1.0, 11.0]
+
+
+def test_replay_matches_the_engine_for_one_worker(bundled_profile):
+    profile = bundled_profile("vgg11")
+    cluster = ClusterModel(1.25e8, 1.25e8, win_bytes=4 * 2**20)
+    graph = prepare(profile, cluster)
+    result = run(graph, cluster, SimConfig(workers=1, steps=1, warmup=0, trace_steps=1, transfer=Transfer.HTTP2))
+    trace = result.trace
+    # The downlinks are ready at the times their PS reads end; replay them from those times.
+    down = np.flatnonzero(graph.resource == 0)
+    last_chunk_end = {}
+    first_start = {}
+    for op, start, end, slot in zip(trace["op"], trace["start_s"], trace["end_s"], trace["slot"]):
+        if slot == 0:
+            last_chunk_end[op] = max(end, last_chunk_end.get(op, 0))
+    ready = {}
+    for op, end in zip(trace["op"], trace["end_s"]):
+        for succ in graph.succ_idx[graph.succ_ptr[op]:graph.succ_ptr[op + 1]]:
+            if succ in down:
+                ready[succ] = max(end, ready.get(succ, 0.0))
+    ops = sorted(down, key=lambda o: (ready.get(o, 0.0), o))
+    modelled = replay_http2([ready.get(o, 0.0) for o in ops], graph.work[0, ops], 1.25e8, 4 * 2**20)
+    assert np.allclose(modelled, [last_chunk_end[o] for o in ops], rtol=1e-12)
+
+
+def test_relative_errors_and_summary():
+    errors = relative_errors([1.1, 2.0, 3.0], [1.0, 2.0, 4.0], 0.0)
+    assert np.allclose(errors, [0.1, 0.0, 0.25])
+    summary = error_summary(errors)
+    assert summary["median"] == pytest.approx(0.1) and summary["max"] == pytest.approx(0.25) and summary["n"] == 3
+    assert error_summary([])["n"] == 0
+
+
+@pytest.fixture(scope="module")
+def calibrations(data_dir):
+    return {name: calibrate_run(data_dir / "captures" / name) for name in SHAPED}
+
+
+@pytest.mark.parametrize("name", SHAPED)
+def test_shaped_capture_calibrates_to_plausible_values(calibrations, name):
+    calibration = calibrations[name]
+    rate = SHAPED[name] / 8
+    for direction in ("downlink", "uplink"):
+        assert 0.75 * rate <= calibration.bandwidth_Bps[direction] <= 1.0 * rate
+        fit = calibration.overhead[direction]
+        assert fit.slope >= 0 and 0 <= fit.intercept < 0.02 and fit.n >= 30
+    windows = set(calibration.window_bytes.values())
+    if name.endswith("smallwin"):
+        assert windows == {65535}  # TF_GRPC_DEFAULT_OPTIONS pinned the window
+    else:
+        assert windows <= {4 * 2**20, 8 * 2**20, 16 * 2**20, 32 * 2**20}
+    # Every traced transfer was seen on the wire.
+    steps = {s.step_file for s in calibration.samples}
+    assert len(calibration.samples) == 25 * len(steps)
+
+
+def test_cluster_json_round_trips_with_the_spec_keys(calibrations, tmp_path):
+    document = calibrations["wide_1gbit"].to_cluster_json()
+    for key in ("format", "bandwidth_Bps", "win_bytes", "alpha_s_per_byte", "beta_s", "http2_model_error",
+                "transfer_model_error"):
+        assert key in document
+    assert set(document["http2_model_error"]) == {"mean", "median", "p95", "max"}
+    assert {"http2", "fifo"} <= set(document["transfer_model_error"])
+    path = tmp_path / "CLUSTER.json"
+    path.write_text(json.dumps(document))
+    cluster = load_cluster(path)
+    assert cluster.downlink_Bps == document["bandwidth_Bps"]["downlink"]
+    assert cluster.overhead_uplink.alpha_s_per_byte == document["overhead"]["uplink"]["alpha_s_per_byte"]
+
+
+def test_calibrate_cli_writes_cluster_and_plots(data_dir, tmp_path, capsys):
+    out = tmp_path / "CLUSTER.json"
+    assert main(["calibrate", str(data_dir / "captures" / "wide_100mbit"), "-o", str(out), "--plots",
+                 str(tmp_path / "plots")]) == 0
+    text = capsys.readouterr().out
+    assert "overhead" in text and "http2" in text
+    assert json.loads(out.read_text())["format"] == "tfsim.cluster/1"
+    for name in ("overhead.png", "streams.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_calibrate_bad_inputs_exit_2(data_dir, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(data_dir / "captures" / "wide_100mbit", run_dir)
+    (run_dir / "capture.pcap.gz").unlink()
+    assert main(["calibrate", str(run_dir), "-o", str(tmp_path / "c.json")]) == 2
+    assert "capture" in capsys.readouterr().err
+    shutil.copy(data_dir / "captures" / "wide_1gbit" / "capture.pcap.gz", run_dir)  # another run's capture
+    assert main(["calibrate", str(run_dir), "-o", str(tmp_path / "c.json")]) == 2
+    assert str(run_dir) in capsys.readouterr().err
+    bad = run_dir / "iperf3" / "uplink_0.json"
+    bad.write_text(json.dumps({"error": "unable to connect to server: Connection refused"}))
+    assert main(["calibrate", str(run_dir), "-o", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert "uplink_0.json" in err and "Connection refused" in err
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_cluster_file_errors(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"format": "tfsim.cluster/1", "bandwidth_Bps": {"downlink": -1, "uplink": 5},
+                                "win_bytes": None, "alpha_s_per_byte": 0, "beta_s": 0}))
+    with pytest.raises(ClusterFormatError, match="positive"):
+        load_cluster(path)
+    path.write_text("[1, 2]")
+    with pytest.raises(ClusterFormatError, match="object"):
+        load_cluster(path)
