@@ -14,8 +14,8 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   (initial value and every raise, relative to the capture start) is stored too.
 - **Overhead** ``alpha * size + beta`` per direction (ICPE §3.2.1): the delay from the last
   DATA frame of a tensor's stream on the wire to the end of its RecvTensor record, against
-  the tensor's size, fitted with Theil-Sen (robust to late records), with R², n and the
-  residuals. The uplink's record ends on the PS's clock and the capture runs on the worker's
+  the tensor's size, fitted with Theil-Sen (robust to late records; slope and intercept
+  kept non-negative), with R², n and the residuals. The uplink's record ends on the PS's clock and the capture runs on the worker's
   host: the same clock in the lab, synchronised clocks (NTP) on a real cluster.
 - **Model check** (ICPE Table 1): each traced step's streams of each direction are replayed
   through the ``http2`` and ``fifo`` models, arrivals at the captured request times, sizes
@@ -38,7 +38,7 @@ import numpy as np
 from tfsim.errors import InputError, RunDirError
 
 from calibration.cluster_file import CLUSTER_FORMAT
-from calibration.fit import LineFit, theil_sen
+from calibration.fit import LineFit, nonnegative_line
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
 
 DIRECTIONS = ("downlink", "uplink")
@@ -184,11 +184,11 @@ def _overhead(samples: list[StreamSample]) -> tuple[dict, LineFit]:
     for direction in DIRECTIONS:
         mine = [s for s in samples if s.direction == direction]
         if len(mine) >= 2:
-            fits[direction] = theil_sen([s.size_bytes for s in mine], [s.overhead_s for s in mine],
-                                        source=f"{direction} overhead samples")
+            fits[direction] = nonnegative_line([s.size_bytes for s in mine], [s.overhead_s for s in mine],
+                                               source=f"{direction} overhead samples")
     if not fits:
         raise InputError(None, "too few matched streams to fit the parsing overhead")
-    pooled = theil_sen([s.size_bytes for s in samples], [s.overhead_s for s in samples])
+    pooled = nonnegative_line([s.size_bytes for s in samples], [s.overhead_s for s in samples])
     return fits, pooled
 
 

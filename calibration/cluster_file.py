@@ -4,7 +4,8 @@ Required keys: ``format``, ``bandwidth_Bps`` (``downlink``, ``uplink``: bytes/s)
 ``win_bytes`` (HTTP/2 window of ICPE's model; ``null`` for unlimited),
 ``alpha_s_per_byte`` and ``beta_s`` (parsing overhead). Optional: ``overhead`` with
 ``downlink``/``uplink`` objects holding their own ``alpha_s_per_byte``/``beta_s`` where the
-two directions differ; ``default_transfer``; ``http2_model_error`` and
+two directions differ; ``overhead_placement`` (``compute``, ICPE's, or ``lane``);
+``default_transfer``; ``http2_model_error`` and
 ``transfer_model_error`` (written by ``tfsim calibrate``); ``provenance``.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from tfsim.errors import InputError, UsageError
 from tfsim.fileio import write_json
 
-from simulate.cluster import ClusterModel, Overhead
+from simulate.cluster import ClusterModel, Overhead, OverheadPlacement
 
 CLUSTER_FORMAT = "tfsim.cluster/1"
 
@@ -57,8 +58,14 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
             overheads[direction] = Overhead(
                 _number(source, entry, "alpha_s_per_byte") if "alpha_s_per_byte" in entry else alpha,
                 _number(source, entry, "beta_s") if "beta_s" in entry else beta)
+        placement_name = data.get("overhead_placement", OverheadPlacement.COMPUTE.value)
+        placements = {p.value: p for p in OverheadPlacement}
+        if placement_name not in placements:
+            raise ClusterFormatError(source, f"overhead_placement must be one of {', '.join(placements)}, "
+                                             f"not {placement_name!r}")
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
-                            overhead_uplink=overheads["uplink"], calibrated=True, source=str(source))
+                            overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
+                            calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, err.problem) from None
     except AttributeError:

@@ -84,3 +84,18 @@ def least_squares(x, y) -> LineFit:
     y = np.asarray(y, dtype=float)
     slope, intercept = np.polyfit(x, y, 1)
     return _summary(x, y, slope, intercept, "least-squares")
+
+
+def nonnegative_line(x, y, *, source: str = "overhead samples") -> LineFit:
+    """Theil-Sen, constrained to a non-negative slope and intercept (an overhead cannot shrink
+    with size, nor be negative): a negative slope falls back to the constant median of y."""
+    fit = theil_sen(x, y, source=source)
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if fit.slope < 0:
+        fit = _summary(x, y, 0.0, max(0.0, float(np.median(y))), "median (negative slope clamped to 0)")
+    if fit.intercept < 0:
+        fit = _summary(x, y, fit.slope, 0.0, fit.method + ", intercept clamped to 0")
+    return fit

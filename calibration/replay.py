@@ -82,3 +82,67 @@ def error_summary(errors) -> dict:
         return {"mean": None, "median": None, "p95": None, "max": None, "n": 0}
     return {"mean": float(errors.mean()), "median": float(np.median(errors)),
             "p95": float(np.percentile(errors, 95)), "max": float(errors.max()), "n": int(errors.size)}
+
+
+def replay_grpc(ready_s, size_bytes, rate_Bps: float, stream_window_bytes, connection_window_bytes: float,
+                update_delay_s: float) -> np.ndarray:
+    """Today's gRPC (SPEC §3 ``grpc``): whole streams in send-ready order, each sending until its
+    stream window or the connection window runs out, then pausing until the receiver's
+    WINDOW_UPDATE arrives ``update_delay_s`` later; other ready streams use the link meanwhile.
+
+    ``stream_window_bytes`` is one value or one per stream (the receiver's window when the
+    stream starts). Every chunk's bytes return to the connection window ``update_delay_s``
+    after the chunk ends; a stream that used up its own window gets it back then too, and
+    rejoins the back of the queue.
+    """
+    ready, size = _check(ready_s, size_bytes, rate_Bps)
+    n = size.size
+    window = np.broadcast_to(np.asarray(stream_window_bytes, dtype=float), size.shape).copy()
+    if (window <= 0).any() or not connection_window_bytes > 0 or update_delay_s < 0:
+        raise UsageError("replay", "windows must be positive and the update delay non-negative")
+    order = np.argsort(ready, kind="stable")
+    end = np.full(n, np.nan)
+    remaining = size.copy()
+    credit = window.copy()
+    conn = float(connection_window_bytes)
+    queue: deque[int] = deque()
+    returns: list[tuple[float, float, int]] = []  # (time, bytes back to the connection, stream to re-queue or -1)
+    now, k = 0.0, 0
+    while k < n or queue or returns:
+        # Everything that has happened by now: arrivals, and window updates in time order.
+        returns.sort()
+        while returns and returns[0][0] <= now:
+            _, back, stream = returns.pop(0)
+            conn += back
+            if stream >= 0:
+                credit[stream] = window[stream]
+                queue.append(stream)
+        while k < n and ready[order[k]] <= now:
+            stream = int(order[k])
+            k += 1
+            if remaining[stream] == 0:
+                end[stream] = max(now, ready[stream])
+            else:
+                queue.append(stream)
+        if not queue or conn <= 0:
+            nexts = [t for t, _, _ in returns[:1]] + ([ready[order[k]]] if k < n else [])
+            if not nexts:
+                break
+            now = max(now, min(nexts))
+            continue
+        stream = queue[0]
+        chunk = min(remaining[stream], credit[stream], conn)
+        now += chunk / rate_Bps
+        remaining[stream] -= chunk
+        credit[stream] -= chunk
+        conn -= chunk
+        if remaining[stream] <= 0:
+            queue.popleft()
+            end[stream] = now
+            returns.append((now + update_delay_s, chunk, -1))
+        elif credit[stream] <= 0:
+            queue.popleft()
+            returns.append((now + update_delay_s, chunk, stream))
+        else:  # held up by the connection window: stays at the head
+            returns.append((now + update_delay_s, chunk, -1))
+    return end

@@ -39,7 +39,7 @@ def chrome_trace(run: SimRun) -> dict:
     for w in range(W):
         events.append({"ph": "M", "name": "process_name", "pid": w, "args": {"name": f"worker {w}"}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": w, "args": {"sort_index": w}})
-        for slot in range(2 * M + 1):
+        for slot in list(range(2 * M + 1)) + [3 * M + 1]:
             events.append({"ph": "M", "name": "thread_name", "pid": w, "tid": slot, "args": {"name": names[slot]}})
     for m in range(M):
         pid = W + m
@@ -48,6 +48,8 @@ def chrome_trace(run: SimRun) -> dict:
         for w in range(W):
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": w,
                            "args": {"name": f"updates from worker {w}"}})
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": W + w,
+                           "args": {"name": f"parsing from worker {w}"}})
 
     t = run.trace
     kinds = {KIND_TRANSFER: "transfer", KIND_OVERHEAD: "parse"}
@@ -58,7 +60,17 @@ def chrome_trace(run: SimRun) -> dict:
     for i in range(len(t["op"])):
         w, step, slot, op = int(t["worker"][i]), int(t["step"][i]), int(t["slot"][i]), int(t["op"][i])
         start_us, end_us = float(t["start_s"][i]) * 1e6, float(t["end_s"][i]) * 1e6
-        pid, tid = (W + slot - ps_slot0, w) if slot >= ps_slot0 else (w, slot)
+        if ps_slot0 <= slot < ps_slot0 + M:  # a server's computation for worker w
+            pid, tid = W + slot - ps_slot0, w
+        elif 3 * M + 2 <= slot < 4 * M + 2:  # a server's parse lane for worker w
+            pid, tid = W + slot - (3 * M + 2), W + w
+        elif slot >= 4 * M + 2:  # parse delays: on the receiving side's parse lane row
+            if graph.resource[op] == Resource.WORKER:
+                pid, tid = w, 3 * M + 1
+            else:
+                pid, tid = W + max(int(graph.server[op]), 0), W + w
+        else:
+            pid, tid = w, slot
         args = {"step": step, "kind": kinds.get(int(graph.kind[op]), "compute")}
         if graph.resource[op] in (Resource.DOWNLINK, Resource.UPLINK):
             args["bytes"] = float(graph.work[0, op])

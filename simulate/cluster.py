@@ -8,6 +8,7 @@ gives one from a bandwidth alone (no overhead, unlimited window).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 
 from tfsim.errors import UsageError
@@ -40,6 +41,22 @@ class Overhead:
         return self.alpha_s_per_byte * size_bytes + self.beta_s
 
 
+class OverheadPlacement(enum.Enum):
+    """Where the parsing overhead of a received tensor runs.
+
+    ``COMPUTE`` (ICPE §3.4, SPEC §2): a computation op on the receiver's compute resource, in
+    line with its other ops. ``LANE``: on a parse lane of its own per receiving task (one
+    parse at a time, beside the computation), as TF 2.x deserialises received tensors on
+    gRPC's threads rather than the executor's. ``DELAY``: a pure latency between the
+    transfer and its dependents, overlapping everything else (the measured overhead of small
+    tensors is mostly waiting, not work).
+    """
+
+    COMPUTE = "compute"
+    LANE = "lane"
+    DELAY = "delay"
+
+
 @dataclasses.dataclass(frozen=True)
 class ClusterModel:
     """Link and transfer parameters of a cluster, per direction.
@@ -48,6 +65,7 @@ class ClusterModel:
         downlink_Bps, uplink_Bps: bandwidth B of each PS link, bytes/s (PS->worker, worker->PS).
         win_bytes: HTTP/2 flow-control window WIN of ICPE's multiplexing model (inf: no split).
         overhead_downlink, overhead_uplink: parsing overhead on the receiver of each direction.
+        overhead_placement: where parsing runs (:class:`OverheadPlacement`).
         calibrated: False when built from a bandwidth alone.
         source: where the numbers come from (a CLUSTER.json path, or "bandwidth only").
     """
@@ -57,6 +75,7 @@ class ClusterModel:
     win_bytes: float = math.inf
     overhead_downlink: Overhead = Overhead()
     overhead_uplink: Overhead = Overhead()
+    overhead_placement: OverheadPlacement = OverheadPlacement.COMPUTE
     calibrated: bool = True
     source: str = ""
 

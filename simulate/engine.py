@@ -1,9 +1,10 @@
 """Run one simulation: lay a :class:`~simulate.prepare.SimGraph` out for the compiled event
 loop (:mod:`simulate.kernel`), run it, and hand back the raw timings.
 
-The slot layout per worker is DOWNLINK_0..M-1, WORKER, UPLINK_0..M-1, PS_0..M-1: slot
-order is the tie-break order of SPEC §3. Link ``m`` is server m's downlink, link ``M + m``
-its uplink.
+The slot layout per worker is DOWNLINK_0..M-1, WORKER, UPLINK_0..M-1, PS_0..M-1 (slot
+order is the tie-break order of SPEC §3), then the parse lanes PARSE_WORKER and
+PARSE_PS_0..M-1 (used only with ``OverheadPlacement.LANE``). Link ``m`` is server m's
+downlink, link ``M + m`` its uplink.
 """
 
 from __future__ import annotations
@@ -42,7 +43,14 @@ class SimRun:
     trace: dict[str, np.ndarray] | None = None
 
 
-def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int) -> np.ndarray:
+def n_slots_for(n_servers: int, parse_lane: np.ndarray | None = None) -> int:
+    """Slots per worker: the resources, the parse lanes, and one slot per delay op."""
+    delays = int((parse_lane == 2).sum()) if parse_lane is not None else 0
+    return 4 * n_servers + 2 + delays
+
+
+def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int, parse_lane: np.ndarray | None = None
+            ) -> np.ndarray:
     """Slot index of each (resource, server) pair in the per-worker layout."""
     m = np.maximum(server, 0).astype(np.int64)
     out = np.empty(len(resource), dtype=np.int64)
@@ -50,6 +58,14 @@ def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int) -> np.ndar
     out[resource == Resource.WORKER] = n_servers
     out[resource == Resource.UPLINK] = n_servers + 1 + m[resource == Resource.UPLINK]
     out[resource == Resource.PS] = 2 * n_servers + 1 + m[resource == Resource.PS]
+    if parse_lane is not None and parse_lane.any():
+        lane_worker = (parse_lane == 1) & (resource == Resource.WORKER)
+        lane_ps = (parse_lane == 1) & (resource == Resource.PS)
+        out[lane_worker] = 3 * n_servers + 1
+        out[lane_ps] = 3 * n_servers + 2 + m[lane_ps]
+        # A delay op has a slot of its own: it never waits for another op, and shares nothing.
+        delays = np.flatnonzero(parse_lane == 2)
+        out[delays] = 4 * n_servers + 2 + np.arange(delays.size)
     return out
 
 
@@ -57,14 +73,21 @@ def slot_names(n_servers: int) -> list[str]:
     """Human names of the per-worker slots, in slot order."""
     suffix = (lambda m: f"{m}") if n_servers > 1 else (lambda m: "")
     return ([f"DOWNLINK{suffix(m)}" for m in range(n_servers)] + ["WORKER"]
-            + [f"UPLINK{suffix(m)}" for m in range(n_servers)] + [f"PS{suffix(m)}" for m in range(n_servers)])
+            + [f"UPLINK{suffix(m)}" for m in range(n_servers)] + [f"PS{suffix(m)}" for m in range(n_servers)]
+            + ["PARSE"] + [f"PS{suffix(m)} PARSE" for m in range(n_servers)])
+
+
+def slot_label(slot: int, n_servers: int) -> str:
+    """Name of any slot, delay slots included."""
+    names = slot_names(n_servers)
+    return names[slot] if slot < len(names) else "PARSE DELAY"
 
 
 def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> dict:
     """Everything :func:`simulate.kernel.run_kernel` takes, as named arrays."""
     M = graph.n_servers
-    n_slots = 3 * M + 1
-    op_slot = slot_of(graph.resource, graph.server, M)
+    n_slots = n_slots_for(M, graph.parse_lane)
+    op_slot = slot_of(graph.resource, graph.server, M, graph.parse_lane)
     slot_link = np.full(n_slots, -1, dtype=np.int64)
     slot_link[:M] = np.arange(M)
     slot_link[M + 1:2 * M + 1] = M + np.arange(M)
@@ -86,8 +109,10 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
             raise UsageError("--cores", f"colocation places {len(col.server_host)} servers, not {M}")
         for w in range(W):
             slot_host[w * n_slots + M] = col.worker_host[w]
+            slot_host[w * n_slots + 3 * M + 1] = col.worker_host[w]
             for m in range(M):
                 slot_host[w * n_slots + 2 * M + 1 + m] = col.server_host[m]
+                slot_host[w * n_slots + 3 * M + 2 + m] = col.server_host[m]
         host_cores = np.array(col.cores, dtype=np.float64)
     rng = np.random.default_rng(config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)

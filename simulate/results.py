@@ -140,8 +140,9 @@ def efficiency_one_worker(run: SimRun, capacity_Bps: np.ndarray) -> np.ndarray:
     down, up = res == Resource.DOWNLINK, res == Resource.UPLINK
     link_rate[down] = capacity_Bps[0][server[down]]
     link_rate[up] = capacity_Bps[1][server[up]]
-    # One resource class per (resource, server), as the engine's slots.
-    classes = res.astype(np.int64) * (graph.n_servers + 1) + np.where(res == Resource.WORKER, 0, server)
+    from simulate.engine import slot_of
+
+    classes = slot_of(res, graph.server, graph.n_servers, graph.parse_lane)  # one class per engine slot
     rng = np.random.default_rng(run.config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, run.config.steps))[0]  # the engine's draw
     values = []

@@ -55,6 +55,12 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     succ = [list(graph.succ_idx[graph.succ_ptr[i]:graph.succ_ptr[i + 1]]) for i in range(graph.n_ops)]
     n_preds = [int(x) for x in graph.in_degree]
     res_of = [_resource_key(int(graph.resource[i]), int(graph.server[i])) for i in range(graph.n_ops)]
+    # Parse lanes come after every other resource, the worker's first, then each server's; a
+    # delay op is a resource of its own, after them all, in op order.
+    delay_rank = {op: k for k, op in enumerate(i for i in range(graph.n_ops) if graph.parse_lane[i] == 2)}
+    res_of = [(6, delay_rank[i]) if graph.parse_lane[i] == 2 else
+              (4, 0) if graph.parse_lane[i] == 1 and r[0] == 1 else
+              (5, r[1]) if graph.parse_lane[i] == 1 else r for i, r in enumerate(res_of)]
     is_link = [int(graph.resource[i]) in (Resource.DOWNLINK, Resource.UPLINK) for i in range(graph.n_ops)]
     roots = [i for i in range(graph.n_ops) if n_preds[i] == 0]
     capacity = {(0, m): numeric(cluster.downlink_Bps) for m in range(M)}
@@ -102,11 +108,14 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
                     return s
                 left -= s
             raise AssertionError("worker not active on its own link")
-        if hosts is None:
+        if hosts is None or order == 6:  # a pure delay uses no core
             return numeric(1)
-        host = hosts.worker_host[chunk.worker] if order == 1 else hosts.server_host[m]
-        busy = sum(1 for x in Q if x.resource[0] in (1, 3) and
-                   (hosts.worker_host[x.worker] if x.resource[0] == 1 else hosts.server_host[x.resource[1]]) == host)
+
+        def host_of(worker, key):
+            return hosts.worker_host[worker] if key[0] in (1, 4) else hosts.server_host[key[1]]
+
+        host = host_of(chunk.worker, chunk.resource)
+        busy = sum(1 for x in Q if x.resource[0] in (1, 3, 4, 5) and host_of(x.worker, x.resource) == host)
         cores = numeric(hosts.cores[host])
         return min(numeric(1), cores / busy)
 

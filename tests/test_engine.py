@@ -6,6 +6,7 @@ every configuration, on long runs where the dynamics are not chaotic (one worker
 fcfs), and against exact rational arithmetic on small cases.
 """
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reference_sim import reference_run
-from simulate.cluster import ClusterModel, Overhead
+from simulate.cluster import ClusterModel, Overhead, OverheadPlacement
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
@@ -99,13 +100,15 @@ def test_engine_matches_reference_on_random_dags(profile, config, rnd):
     assert engine_vs_reference(profile, config, priorities=priorities) < 1e-9
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_profiles(servers=2), st.integers(1, 3), st.sampled_from([Sharing.PS, Sharing.FCFS]),
-       st.booleans())
-def test_engine_matches_reference_with_two_servers_and_colocation(profile, workers, sharing, colocated):
+       st.booleans(), st.sampled_from(list(OverheadPlacement)))
+def test_engine_matches_reference_with_two_servers_colocation_and_parse_placement(profile, workers, sharing,
+                                                                                  colocated, placement):
     colocation = Colocation.single_host(workers, 2, 1.5) if colocated else None
     config = SimConfig(workers=workers, sharing=sharing, steps=5, warmup=1, colocation=colocation)
-    assert engine_vs_reference(profile, config) < 1e-9
+    cluster = dataclasses.replace(CLUSTER, overhead_placement=placement)
+    assert engine_vs_reference(profile, config, cluster=cluster) < 1e-9
 
 
 @pytest.mark.parametrize("name", ["tiny", "vgg11", "resnet50"])

@@ -26,6 +26,7 @@ workflow:
   tfsim calibrate fit bandwidth, HTTP/2 window and parsing overhead from a captured run
   tfsim order     TicTac transfer priorities (TIC, TAC) and scheduling efficiency
   tfsim predict   simulate the job on W workers and M servers: throughput table and plot
+  tfsim lab       measure real W-worker throughput on emulated clusters; publish the error
   tfsim demo      all of the above on the bundled real data, in one command
 """
 
@@ -240,6 +241,43 @@ def _run_predict(args) -> int:
     return prediction.run_cli(args)
 
 
+# ---------------------------------------------------------------------------- lab
+
+def _add_lab(sub) -> None:
+    p = sub.add_parser(
+        "lab", help="measure real W-worker throughput on emulated clusters and the prediction error",
+        description="Build emulated clusters on this machine (one network namespace per task on a bridge, "
+                    "tbf-shaped links), profile each setting with 1 worker (capture + iperf3), calibrate, "
+                    "predict W = 1..K, run the real job with W = 1..K workers, and write results.csv, "
+                    "results.md and plots. Needs root and TensorFlow. Namespaces are always torn down; "
+                    "--cleanup removes any that a killed run left behind.",
+    )
+    p.add_argument("--preset", choices=("quick", "matrix"), default="quick",
+                   help="quick: tiny model, W=1..2, a few minutes; matrix: 3 models x 2 rates x W=1..4 plus a "
+                        "pinned window and 2 PS (default: quick)")
+    p.add_argument("--only", default="", metavar="NAMES", help="comma-separated settings of the preset to run")
+    p.add_argument("--out", type=Path, default=Path("lab-results"), help="output directory (default: lab-results)")
+    p.add_argument("--cleanup", action="store_true", help="only remove namespaces left by dead lab runs, then exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_run_lab)
+
+
+def _run_lab(args) -> int:
+    if args.cleanup:
+        from tfsim.lab.netns import cleanup, require_lab_tools
+
+        require_lab_tools()
+        removed = cleanup()
+        print(f"removed {len(removed)} namespace(s)" + (": " + ", ".join(removed) if removed else ""))
+        return 0
+    from tfsim.lab.validate import run_lab
+
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    rows = run_lab(args.preset, args.out, progress=not args.no_progress, only=only)
+    print((args.out / "results.md").read_text())
+    return 0 if rows else 2
+
+
 # ---------------------------------------------------------------------------- demo
 
 def _add_demo(sub) -> None:
@@ -269,7 +307,8 @@ def _add_order(sub) -> None:
     order_cli.add_parser(sub)
 
 
-_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_calibrate, _add_order, _add_predict, _add_demo)
+_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_calibrate, _add_order, _add_predict, _add_lab,
+                                   _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

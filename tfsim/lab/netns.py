@@ -100,9 +100,13 @@ def _kill_namespace_processes(ns: str) -> None:
 
 
 def _tbf(rate_bit: int) -> list[str]:
-    # The bucket must hold at least one timer tick of traffic (rate / HZ); 250 Hz kernels are common.
-    burst = max(64 * 1024, rate_bit // 8 // 250)
-    return ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "latency", "50ms"]
+    # The bucket must hold a whole GSO super-packet (veth hands tbf up to 64 KiB at once) and one
+    # timer tick of traffic. A bucket alone would let an idle link send that much at veth speed,
+    # a burst no real NIC makes, so a second bucket (peakrate, one packet deep) paces every
+    # packet at just above the link rate.
+    burst = max(96 * 1024, rate_bit // 8 // 250)
+    return ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "latency", "50ms",
+            "peakrate", f"{int(rate_bit * 1.02)}bit", "mtu", str(96 * 1024)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,224 @@
+"""``tfsim lab``: measure real W-worker throughput on emulated clusters and publish the prediction error.
+
+For each setting (a model, a link rate, optionally 2 PS or a pinned HTTP/2 window), in an
+emulated cluster on this machine (:mod:`tfsim.lab.netns`):
+
+1. profile the job with 1 PS (or M) and 1 worker, with iperf3 and a capture;
+2. calibrate (``tfsim calibrate``) and build the profile (``tfsim profile``);
+3. predict W = 1..K, with every task on this machine's cores (the co-location model of SPEC §3,
+   since PS and workers share them), with the ``http2`` and ``fifo`` transfer models, and the
+   coarse baselines;
+4. run the real job with W = 1..K workers and measure its throughput: each worker's
+   time-average over the last half of its steps, summed (ICPE §4.1);
+5. tabulate measured against predicted, with the relative error.
+
+Every TensorFlow process runs with one intra-op and one inter-op thread (the machine has
+few cores; the model needs one op at a time per task).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from tfsim.fileio import atomic_output, write_json, write_text
+
+
+@dataclasses.dataclass(frozen=True)
+class LabSetting:
+    """One row group of the validation matrix."""
+
+    name: str
+    model: str
+    batch_size: int
+    rate_bit: int
+    image_size: int = 0
+    workers: tuple[int, ...] = (1, 2, 3, 4)
+    ps_tasks: int = 1
+    grpc_options: str | None = None
+    profile_steps: int = 10
+    measure_steps: int = 20
+    warmup_steps: int = 3
+
+    @property
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return (("TF_GRPC_DEFAULT_OPTIONS", self.grpc_options),) if self.grpc_options else ()
+
+
+SMALL_WINDOW = "grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535"
+
+PRESETS: dict[str, tuple[LabSetting, ...]] = {
+    "quick": (
+        LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=(1, 2), profile_steps=6, measure_steps=12,
+                   warmup_steps=2),
+    ),
+    "matrix": (
+        LabSetting("resnet50-1gbit", "resnet50", 4, 1_000_000_000, image_size=32),
+        LabSetting("resnet50-500mbit", "resnet50", 4, 500_000_000, image_size=32),
+        LabSetting("vgg11-1gbit", "vgg11", 8, 1_000_000_000, image_size=32),
+        LabSetting("vgg11-500mbit", "vgg11", 8, 500_000_000, image_size=32),
+        LabSetting("inception3-1gbit", "inception3", 4, 1_000_000_000, image_size=75),
+        LabSetting("inception3-500mbit", "inception3", 4, 500_000_000, image_size=75),
+        LabSetting("resnet50-1gbit-smallwin", "resnet50", 4, 1_000_000_000, image_size=32,
+                   grpc_options=SMALL_WINDOW),
+        LabSetting("resnet50-1gbit-2ps", "resnet50", 4, 1_000_000_000, image_size=32, ps_tasks=2),
+    ),
+}
+
+RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "workers", "measured_eps",
+                  "predicted_http2_eps", "predicted_fifo_eps", "error_http2", "error_fifo", "lin_async_eps",
+                  "cynthia_eps", "measured_step_s", "calibration_http2_median_error")
+
+
+def _say(message: str) -> None:
+    print(f"tfsim lab: {message}", file=sys.stderr, flush=True)
+
+
+def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool) -> Path:
+    from tfprofile.harness.launcher import CollectConfig
+
+    from tfsim.lab.collect import collect_in_lab
+
+    config = CollectConfig(
+        out_dir=out, model=setting.model, batch_size=setting.batch_size, image_size=setting.image_size,
+        steps=steps, warmup_steps=setting.warmup_steps,
+        trace_every=1 if capture else steps + 1,  # measuring runs trace one step only
+        workers=workers, ps_tasks=setting.ps_tasks, intra_op_threads=1, inter_op_threads=1, capture=capture,
+        zero_init=True, env=setting.env, iperf_repeats=3, iperf_seconds=2.0, timeout_s=1200.0,
+    )
+    return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True)
+
+
+def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
+                cores: float | None = None) -> list[dict]:
+    """Profile, calibrate, predict and measure one setting; return its result rows."""
+    from calibration.calibrate import calibrate_run
+    from calibration.cluster_file import load_cluster, save_cluster
+    from simulate.compare import baselines
+    from simulate.predict import predict
+    from tfprofile.profile_io import save_profile
+    from tfprofile.rundir import profile_from_run_dir
+
+    from tfsim.lab.measure import measured_throughput
+
+    cores = cores or float(os.cpu_count() or 1)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _say(f"[{setting.name}] profiling with {setting.ps_tasks} PS and 1 worker (capture + iperf3)")
+    run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profile_steps, capture=True,
+                       progress=progress)
+    calibration = calibrate_run(run_dir)
+    document = calibration.to_cluster_json()
+    save_cluster(document, out_dir / "CLUSTER.json")
+    from calibration.plots import overhead_figure, stream_timeline_figure
+    from tfsim.plots import save_figure
+
+    save_figure(overhead_figure(calibration), out_dir / "overhead.png")
+    save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
+    profile = profile_from_run_dir(run_dir)
+    save_profile(profile, out_dir / "profile.npz")
+    cluster = load_cluster(out_dir / "CLUSTER.json")
+    # The capture is big and fully summarised in CLUSTER.json: do not keep it.
+    for capture in run_dir.glob("capture.pcap*"):
+        capture.unlink()
+
+    _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
+    frame = predict(profile, cluster, workers=setting.workers, transfer=["http2", "fifo"], cores=cores,
+                    steps=predict_steps, warmup=min(50, predict_steps // 5), jobs=1)
+    base = baselines(profile, cluster, setting.workers, "async")
+    rows = []
+    for w in setting.workers:
+        _say(f"[{setting.name}] measuring the real job with {w} worker(s)")
+        measure_dir = out_dir / f"measure-w{w}"
+        _collect(setting, measure_dir, workers=w, steps=setting.measure_steps, capture=False, progress=progress)
+        measured = measured_throughput(measure_dir)
+        shutil.rmtree(measure_dir / "trace", ignore_errors=True)
+        shutil.rmtree(measure_dir / "logs", ignore_errors=True)
+        predicted = {p: float(frame[(frame["workers"] == w) & (frame["policy"] == p)]["throughput_eps"].iloc[0])
+                     for p in ("http2", "fifo")}
+        base_w = base[base["workers"] == w].set_index("model")["throughput_eps"]
+        rows.append({
+            "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
+            "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks,
+            "window": "65535 (pinned)" if setting.grpc_options else "default", "workers": w,
+            "measured_eps": measured["throughput_eps"],
+            "predicted_http2_eps": predicted["http2"], "predicted_fifo_eps": predicted["fifo"],
+            "error_http2": predicted["http2"] / measured["throughput_eps"] - 1,
+            "error_fifo": predicted["fifo"] / measured["throughput_eps"] - 1,
+            "lin_async_eps": float(base_w.get("lin-async", math.nan)), "cynthia_eps": float(base_w.get("cynthia", math.nan)),
+            "measured_step_s": measured["step_time_median_s"],
+            "calibration_http2_median_error": document["http2_model_error"]["median"],
+        })
+    return rows
+
+
+def machine_text() -> str:
+    from tfprofile.harness.launcher import machine_description
+
+    m = machine_description()
+    return f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}"
+
+
+def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s: float) -> None:
+    """results.csv, results.md and one plot per setting (measured vs predicted over W)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
+    with atomic_output(out_dir / "results.csv") as handle:
+        frame.to_csv(handle, index=False, float_format="%.6g")
+    abs_err = frame["error_http2"].abs()
+    lines = [
+        f"# tfsim lab results ({preset})", "",
+        f"- date: {time.strftime('%Y-%m-%d')}", f"- machine: {machine_text()}",
+        "- every task (PS and workers) in its own network namespace on one bridge, links shaped with tbf; "
+        "all tasks share this machine's cores; 1 intra-op and 1 inter-op thread per task",
+        "- measured: each worker's time-average over the last half of its steps, summed (ICPE §4.1)",
+        "- predicted: tfsim's simulation with the co-location model (all tasks on one host's cores)",
+        f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
+        f"mean |error| (http2 model): {abs_err.mean() * 100:.1f}%, max {abs_err.max() * 100:.1f}%", "",
+        "| setting | W | measured (ex/s) | predicted http2 | error | predicted fifo | error | Lin et al. | Cynthia |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for _, r in frame.iterrows():
+        lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} | {r['predicted_http2_eps']:.2f} | "
+                     f"{r['error_http2'] * 100:+.1f}% | {r['predicted_fifo_eps']:.2f} | {r['error_fifo'] * 100:+.1f}% | "
+                     f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} |")
+    write_text(out_dir / "results.md", "\n".join(lines) + "\n")
+    from tfsim.plots import pyplot, save_figure
+
+    plt = pyplot()
+    for setting, group in frame.groupby("setting", sort=False):
+        fig, ax = plt.subplots(figsize=(6, 3.8), dpi=120)
+        ax.plot(group["workers"], group["measured_eps"], "ks", label="measured")
+        ax.plot(group["workers"], group["predicted_http2_eps"], "o-", label="tfsim (http2)")
+        ax.plot(group["workers"], group["predicted_fifo_eps"], "o--", label="tfsim (fifo)")
+        ax.plot(group["workers"], group["lin_async_eps"], ":", label="Lin et al.")
+        ax.plot(group["workers"], group["cynthia_eps"], ":", label="Cynthia")
+        ax.set_xlabel("workers W")
+        ax.set_ylabel("throughput (examples/s)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title(str(setting), fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        save_figure(fig, out_dir / f"{setting}.png")
+    write_json(out_dir / "results.json", {"format": "tfsim.lab/1", "preset": preset, "machine": machine_text(),
+                                          "rows": frame.to_dict(orient="records")})
+
+
+def run_lab(preset: str, out_dir: Path, *, progress: bool = True, only: Sequence[str] = ()) -> list[dict]:
+    from tfsim.lab.netns import require_lab_tools
+
+    require_lab_tools()
+    settings = [s for s in PRESETS[preset] if not only or s.name in only]
+    started = time.monotonic()
+    rows: list[dict] = []
+    for setting in settings:
+        rows.extend(run_setting(setting, out_dir / setting.name, progress=progress))
+        write_results(rows, out_dir, preset=preset, elapsed_s=time.monotonic() - started)
+    return rows
