@@ -1,0 +1,227 @@
+"""gRPC message framing and the protobuf of TensorFlow's ``RecvTensor`` RPC.
+
+A gRPC message on an HTTP/2 stream is a 5-byte prefix (compressed flag, 4-byte big-endian
+length) and the message; messages may span DATA frames and a DATA frame may hold several.
+:class:`GrpcDeframer` splits one direction of one stream into messages without keeping
+their bodies, except for what it is asked to keep: a whole small request, or the first
+bytes of a large response.
+
+TensorFlow's ``/tensorflow.WorkerService/RecvTensor``:
+
+- request ``RecvTensorRequest``: ``step_id`` (field 1, int64) and ``rendezvous_key``
+  (field 2, string), e.g. ``/job:ps/replica:0/task:0/device:CPU:0;c043bea3abd8f835;
+  /job:worker/replica:0/task:0/device:CPU:0;edge_36_affine1/BiasAdd/ReadVariableOp;0:0``:
+  source device, source incarnation, destination device, tensor (edge) name, frame and
+  iteration. The edge name equals ``tensor_name`` of the ``_Send``/``_Recv`` pair in the
+  partition graphs and the name in the trace's RecvTensor ``timeline_label``.
+- response ``RecvTensorResponse``: TensorFlow writes it by hand for memcpy-able dtypes
+  (``grpc_tensor_coding.cc``): the small fields first (``send_start_micros``, ...), then
+  field 1 ``tensor`` whose last field is ``tensor_content`` (field 4) with the raw tensor
+  bytes. So the message is ``requested_bytes`` of tensor data plus a header of a few dozen
+  bytes, and the header is all that needs reading: :func:`tensor_content_bytes` reads the
+  length of ``tensor_content`` from the message's first bytes.
+
+The protobuf is walked by hand (varint and length-delimited fields): the worker protos are
+not in ``tensorboard.compat.proto``, and only two fields are needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from netcapture.errors import MalformedFrame, NeedMoreData
+
+GRPC_PREFIX_BYTES = 5
+RECV_TENSOR_PATH = "/tensorflow.WorkerService/RecvTensor"
+# A RecvTensorRequest is ~150 bytes; anything far larger is not one and is not kept whole.
+MAX_KEPT_REQUEST_BYTES = 64 << 10
+# Response header: a few dozen bytes; TensorShapeProto of an 8-dimensional tensor stays < 200.
+RESPONSE_PREFIX_BYTES = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpcMessage:
+    """One complete gRPC message, on the DATA frame that completed it.
+
+    ``length_bytes`` is the message length from its prefix (the 5 prefix bytes excluded).
+    For a RecvTensor request, ``step_id`` and ``rendezvous_key``; for a RecvTensor response,
+    ``tensor_content_bytes`` (``None`` when the tensor is not sent as raw content, e.g. a
+    string tensor).
+    """
+
+    length_bytes: int
+    compressed: bool
+    step_id: int | None = None
+    rendezvous_key: str | None = None
+    tensor_content_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RendezvousKey:
+    """The parts of a TensorFlow rendezvous key."""
+
+    src_device: str
+    src_incarnation: str
+    dst_device: str
+    tensor_name: str
+    frame_iter: str
+
+    @classmethod
+    def parse(cls, key: str) -> "RendezvousKey | None":
+        parts = key.split(";")
+        if len(parts) != 5:
+            return None
+        return cls(*parts)
+
+
+def tensor_name(key: str | None) -> str | None:
+    """The ``edge_N_...`` tensor name of a rendezvous key, or ``None``."""
+    parsed = RendezvousKey.parse(key) if key else None
+    return parsed.tensor_name if parsed else None
+
+
+class GrpcDeframer:
+    """Split one direction of one HTTP/2 stream into gRPC messages.
+
+    ``keep_bytes`` is how many leading bytes of each message body to keep (0: none), and
+    ``feed`` returns, for each message completed by the data, ``(length, compressed, kept)``.
+    """
+
+    def __init__(self, keep_bytes: int = 0):
+        self._keep = keep_bytes
+        self._prefix = bytearray()
+        self._remaining = -1  # body bytes still to come; -1: reading a prefix
+        self._length = 0
+        self._compressed = False
+        self._kept = bytearray()
+
+    @property
+    def in_message(self) -> bool:
+        """True between the first byte of a message and its last."""
+        return self._remaining >= 0 or bool(self._prefix)
+
+    def feed(self, data: bytes) -> list[tuple[int, bool, bytes]]:
+        done = []
+        position, size = 0, len(data)
+        while position < size:
+            if self._remaining < 0:
+                take = min(GRPC_PREFIX_BYTES - len(self._prefix), size - position)
+                self._prefix += data[position: position + take]
+                position += take
+                if len(self._prefix) < GRPC_PREFIX_BYTES:
+                    break
+                flag = self._prefix[0]
+                if flag > 1:
+                    raise MalformedFrame(None, f"gRPC message prefix with compressed flag {flag}")
+                self._compressed = bool(flag)
+                self._length = int.from_bytes(self._prefix[1:5], "big")
+                self._remaining = self._length
+                self._prefix.clear()
+                self._kept.clear()
+            take = min(self._remaining, size - position)
+            if len(self._kept) < self._keep:
+                self._kept += data[position: position + min(take, self._keep - len(self._kept))]
+            position += take
+            self._remaining -= take
+            if self._remaining == 0:
+                done.append((self._length, self._compressed, bytes(self._kept)))
+                self._remaining = -1
+        return done
+
+
+# -- protobuf wire format -----------------------------------------------------------------
+
+def _varint(data: bytes, position: int) -> tuple[int, int]:
+    result, shift = 0, 0
+    while True:
+        if position >= len(data):
+            raise NeedMoreData
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, position
+        shift += 7
+        if shift > 63:
+            raise MalformedFrame(None, "protobuf varint longer than 10 bytes")
+
+
+def _fields(data: bytes, start: int, end: int):
+    """Yield ``(number, wire_type, value, value_start)`` of the fields in ``data[start:end]``.
+
+    ``value`` is the integer for varints and the declared length for length-delimited
+    fields (whose bytes may lie beyond ``data``: only the fields before the cut are read).
+    Raises :class:`NeedMoreData` when ``data`` ends inside a field header.
+    """
+    position = start
+    while position < end:
+        tag, position = _varint(data, position)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == 0:
+            value, position = _varint(data, position)
+            yield number, wire_type, value, position
+        elif wire_type == 2:
+            length, position = _varint(data, position)
+            yield number, wire_type, length, position
+            position += length
+        elif wire_type == 1:
+            yield number, wire_type, None, position
+            position += 8
+        elif wire_type == 5:
+            yield number, wire_type, None, position
+            position += 4
+        else:
+            raise MalformedFrame(None, f"protobuf field {number} with wire type {wire_type}")
+
+
+def parse_recv_tensor_request(body: bytes) -> tuple[int | None, str | None]:
+    """``(step_id, rendezvous_key)`` of a serialised ``RecvTensorRequest``."""
+    step_id, key = None, None
+    try:
+        for number, wire_type, value, start in _fields(body, 0, len(body)):
+            if number == 1 and wire_type == 0:
+                step_id = value - (1 << 64) if value >= 1 << 63 else value
+            elif number == 2 and wire_type == 2:
+                if start + value > len(body):
+                    raise NeedMoreData
+                key = body[start: start + value].decode("utf-8", errors="replace")
+    except NeedMoreData:
+        raise MalformedFrame(None, "RecvTensorRequest ends inside a field") from None
+    return step_id, key
+
+
+def tensor_content_bytes(prefix: bytes) -> int | None:
+    """The length of ``tensor.tensor_content`` of a ``RecvTensorResponse`` from its first bytes.
+
+    ``None`` if the response has no raw tensor content, or if ``prefix`` ends before it.
+    """
+    try:
+        for number, wire_type, value, start in _fields(prefix, 0, len(prefix)):
+            if number == 1 and wire_type == 2:  # tensor: TensorProto
+                for inner, inner_type, inner_value, _ in _fields(prefix, start, start + value):
+                    if inner == 4 and inner_type == 2:
+                        return inner_value
+                return None
+    except NeedMoreData:
+        return None
+    return None
+
+
+def describe_message(path: str | None, from_client: bool, length: int, compressed: bool,
+                     kept: bytes) -> GrpcMessage:
+    """The :class:`GrpcMessage` for a message of the RPC ``path`` (RecvTensor fields filled in)."""
+    if path != RECV_TENSOR_PATH or compressed:
+        return GrpcMessage(length, compressed)
+    if from_client:
+        if len(kept) < length:
+            return GrpcMessage(length, compressed)
+        step_id, key = parse_recv_tensor_request(kept)
+        return GrpcMessage(length, compressed, step_id=step_id, rendezvous_key=key)
+    return GrpcMessage(length, compressed, tensor_content_bytes=tensor_content_bytes(kept))
+
+
+def keep_bytes_for(path: str | None, from_client: bool) -> int:
+    """How much of each message body :class:`GrpcDeframer` must keep for :func:`describe_message`."""
+    if path != RECV_TENSOR_PATH:
+        return 0
+    return MAX_KEPT_REQUEST_BYTES if from_client else RESPONSE_PREFIX_BYTES

@@ -1,0 +1,305 @@
+"""HTTP/2 frames (RFC 9113) of one direction of a connection, with HPACK header blocks.
+
+:class:`Http2Frame` is the record both backends produce, one per frame, on the packet
+that completed the frame. :class:`FrameSplitter` cuts a direction's reassembled byte
+stream into frames (the client's stream starts with the 24-byte connection preface);
+:class:`DirectionDecoder` decodes each frame's body:
+
+- DATA: payload length and padding (the payload itself goes to the gRPC layer, never into
+  the record);
+- HEADERS, PUSH_PROMISE and CONTINUATION: header block fragments are joined until
+  END_HEADERS and decoded with the ``hpack`` package (one dynamic table per direction);
+  the headers are attached to the frame that ended the block;
+- SETTINGS, WINDOW_UPDATE, PING, RST_STREAM, GOAWAY: their fields (bodies parsed by
+  ``hyperframe``);
+- PRIORITY and unknown types: kept as frames (type, stream, length, flags), nothing more.
+
+DATA bodies are sliced by hand rather than through ``hyperframe``, which copies them: a
+frame may carry up to 16 MiB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+
+from netcapture.errors import MalformedFrame, NeedMoreData
+from netcapture.grpc import GrpcMessage
+from netcapture.tcp import ConnectionId
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+FRAME_HEADER_BYTES = 9
+MAX_FRAME_PAYLOAD_BYTES = (1 << 24) - 1
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+FRAME_TYPE_NAMES = {
+    DATA: "DATA", HEADERS: "HEADERS", PRIORITY: "PRIORITY", RST_STREAM: "RST_STREAM", SETTINGS: "SETTINGS",
+    PUSH_PROMISE: "PUSH_PROMISE", PING: "PING", GOAWAY: "GOAWAY", WINDOW_UPDATE: "WINDOW_UPDATE",
+    CONTINUATION: "CONTINUATION",
+}
+DECODED_TYPES = frozenset({DATA, HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE,
+                           CONTINUATION})
+
+FLAG_END_STREAM = 0x01
+FLAG_ACK = 0x01
+FLAG_END_HEADERS = 0x04
+FLAG_PADDED = 0x08
+FLAG_PRIORITY = 0x20
+
+SETTINGS_HEADER_TABLE_SIZE = 1
+SETTINGS_ENABLE_PUSH = 2
+SETTINGS_MAX_CONCURRENT_STREAMS = 3
+SETTINGS_INITIAL_WINDOW_SIZE = 4
+SETTINGS_MAX_FRAME_SIZE = 5
+SETTINGS_MAX_HEADER_LIST_SIZE = 6
+SETTINGS_NAMES = {
+    SETTINGS_HEADER_TABLE_SIZE: "HEADER_TABLE_SIZE", SETTINGS_ENABLE_PUSH: "ENABLE_PUSH",
+    SETTINGS_MAX_CONCURRENT_STREAMS: "MAX_CONCURRENT_STREAMS", SETTINGS_INITIAL_WINDOW_SIZE: "INITIAL_WINDOW_SIZE",
+    SETTINGS_MAX_FRAME_SIZE: "MAX_FRAME_SIZE", SETTINGS_MAX_HEADER_LIST_SIZE: "MAX_HEADER_LIST_SIZE",
+    8: "ENABLE_CONNECT_PROTOCOL", 0xFE03: "GRPC_ALLOW_TRUE_BINARY_METADATA",
+}
+DEFAULT_INITIAL_WINDOW_BYTES = 65_535
+DEFAULT_MAX_FRAME_BYTES = 16_384
+
+Headers = tuple[tuple[str, str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Http2Frame:
+    """One HTTP/2 frame, stamped with the packet that completed it.
+
+    ``length`` is the payload length from the frame header (padding included, as flow
+    control counts it); ``data_bytes`` the DATA payload without padding. Type-specific
+    fields are ``None`` on other frame types. ``headers`` is set on the frame that ended a
+    header block (END_HEADERS), in wire order, pseudo-headers included.
+    """
+
+    packet_number: int
+    time_ns: int
+    connection: ConnectionId
+    from_client: bool
+    type: int
+    flags: int
+    stream_id: int
+    length: int
+    data_bytes: int = 0
+    headers: Headers | None = None
+    settings: tuple[tuple[int, int], ...] | None = None
+    window_increment: int | None = None
+    ping_opaque: str | None = None  # 8 bytes, hex
+    error_code: int | None = None
+    last_stream_id: int | None = None
+    grpc_messages: tuple[GrpcMessage, ...] = ()
+
+    @property
+    def time_s(self) -> float:
+        return self.time_ns / 1e9
+
+    @property
+    def type_name(self) -> str:
+        return FRAME_TYPE_NAMES.get(self.type, f"UNKNOWN_{self.type}")
+
+    @property
+    def end_stream(self) -> bool:
+        return self.type in (DATA, HEADERS) and bool(self.flags & FLAG_END_STREAM)
+
+    @property
+    def ack(self) -> bool:
+        return self.type in (SETTINGS, PING) and bool(self.flags & FLAG_ACK)
+
+    def key(self) -> tuple:
+        """What the backends must agree on for every frame: where, when, and its header."""
+        return (self.packet_number, self.time_ns, self.connection, self.from_client, self.type,
+                self.stream_id, self.length, self.flags)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RawFrame:
+    """A frame cut out of the byte stream: header fields, its offset, and its payload."""
+
+    offset: int
+    type: int
+    flags: int
+    stream_id: int
+    payload: bytes
+
+
+def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX_FRAME_PAYLOAD_BYTES
+                ) -> tuple[int, int, int, int, int]:
+    """Parse the frame header at ``buffer[position:]``: ``(type, flags, stream_id, length, consumed)``.
+
+    ``consumed`` is the header plus payload length. Raises :class:`NeedMoreData` unless the
+    whole frame is in the buffer, and :class:`MalformedFrame` for a length over ``max_payload``.
+    """
+    if len(buffer) - position < FRAME_HEADER_BYTES:
+        raise NeedMoreData
+    high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", buffer, position)
+    length = (high << 16) | low
+    if length > max_payload:
+        raise MalformedFrame(None, f"frame of {length} bytes exceeds the limit of {max_payload}")
+    if len(buffer) - position < FRAME_HEADER_BYTES + length:
+        raise NeedMoreData
+    return frame_type, flags, stream_id & 0x7FFFFFFF, length, FRAME_HEADER_BYTES + length
+
+
+class FrameSplitter:
+    """Cut one direction's byte stream into :class:`RawFrame` objects as bytes arrive.
+
+    ``expect_preface``: the stream must start with the client connection preface
+    (:class:`MalformedFrame` otherwise).
+    """
+
+    def __init__(self, expect_preface: bool):
+        self._buffer = bytearray()
+        self._buffer_offset = 0  # stream offset of _buffer[0]
+        self._need_preface = expect_preface
+
+    @property
+    def buffered_bytes(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[RawFrame]:
+        self._buffer += data
+        frames = []
+        position = 0
+        if self._need_preface:
+            if len(self._buffer) < len(PREFACE):
+                if PREFACE.startswith(bytes(self._buffer)):
+                    return frames
+                raise MalformedFrame(None, "the client did not start with the HTTP/2 connection preface")
+            if self._buffer[: len(PREFACE)] != PREFACE:
+                raise MalformedFrame(None, "the client did not start with the HTTP/2 connection preface")
+            position = len(PREFACE)
+            self._need_preface = False
+        try:
+            while True:
+                frame_type, flags, stream_id, length, consumed = parse_frame(self._buffer, position)
+                start = position + FRAME_HEADER_BYTES
+                frames.append(RawFrame(self._buffer_offset + position, frame_type, flags, stream_id,
+                                       bytes(self._buffer[start: start + length])))
+                position += consumed
+        except NeedMoreData:
+            pass
+        finally:
+            # One deletion per feed, not per frame: small frames in front of a large
+            # partial one would otherwise move the partial frame again and again.
+            if position:
+                del self._buffer[:position]
+                self._buffer_offset += position
+        return frames
+
+
+def split_padding(flags: int, payload: bytes) -> tuple[int, int]:
+    """``(start, end)`` of the content of a padded DATA or HEADERS payload."""
+    if not flags & FLAG_PADDED:
+        return 0, len(payload)
+    if not payload:
+        raise MalformedFrame(None, "PADDED frame without a pad length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise MalformedFrame(None, f"padding of {pad} bytes in a {len(payload)}-byte frame")
+    return 1, len(payload) - pad
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameDetails:
+    """The decoded body of one frame (fields of :class:`Http2Frame`)."""
+
+    data_bytes: int = 0
+    headers: Headers | None = None
+    settings: tuple[tuple[int, int], ...] | None = None
+    window_increment: int | None = None
+    ping_opaque: str | None = None
+    error_code: int | None = None
+    last_stream_id: int | None = None
+
+
+class DirectionDecoder:
+    """Decode the frames of one direction: HPACK state and header-block assembly."""
+
+    def __init__(self) -> None:
+        import hpack
+
+        self._hpack = hpack.Decoder()
+        # A passive observer must accept whatever the peers agreed on.
+        self._hpack.max_allowed_table_size = 1 << 32
+        self._hpack.max_header_list_size = 1 << 30
+        self._block = bytearray()
+        self._block_stream: int | None = None
+        self.hpack_failed = False
+
+    def decode(self, frame: RawFrame) -> FrameDetails:
+        """Decode ``frame``'s body; raises :class:`MalformedFrame` for a broken frame."""
+        kind = frame.type
+        if kind == DATA:
+            if frame.stream_id == 0:
+                raise MalformedFrame(None, "DATA frame on stream 0")
+            start, end = split_padding(frame.flags, frame.payload)
+            return FrameDetails(data_bytes=end - start)
+        if kind in (HEADERS, PUSH_PROMISE, CONTINUATION):
+            return FrameDetails(headers=self._header_block(frame))
+        if kind in (SETTINGS, WINDOW_UPDATE, PING, RST_STREAM, GOAWAY):
+            return self._control(frame)
+        return FrameDetails()
+
+    def _control(self, frame: RawFrame) -> FrameDetails:
+        from hyperframe.exceptions import HyperframeError
+        from hyperframe.frame import FRAMES
+
+        try:
+            parsed = FRAMES[frame.type](frame.stream_id)
+            parsed.parse_flags(frame.flags)
+            parsed.parse_body(memoryview(frame.payload))
+        except HyperframeError as exc:
+            raise MalformedFrame(None, f"{FRAME_TYPE_NAMES[frame.type]} frame: {exc}") from None
+        if frame.type == SETTINGS:
+            # hyperframe keeps a dict (the last value of a repeated id wins, as in RFC 9113);
+            # read the pairs directly to keep their wire order.
+            pairs = tuple(struct.unpack_from("!HI", frame.payload, i) for i in range(0, len(frame.payload), 6))
+            return FrameDetails(settings=pairs)
+        if frame.type == WINDOW_UPDATE:
+            return FrameDetails(window_increment=parsed.window_increment)
+        if frame.type == PING:
+            return FrameDetails(ping_opaque=bytes(parsed.opaque_data).hex())
+        if frame.type == RST_STREAM:
+            return FrameDetails(error_code=parsed.error_code)
+        return FrameDetails(error_code=parsed.error_code, last_stream_id=parsed.last_stream_id)
+
+    def _header_block(self, frame: RawFrame) -> Headers | None:
+        payload = frame.payload
+        if frame.type == CONTINUATION:
+            if self._block_stream != frame.stream_id:
+                raise MalformedFrame(None, f"CONTINUATION on stream {frame.stream_id} without a header block open")
+            fragment = payload
+        else:
+            if self._block_stream is not None:
+                raise MalformedFrame(None, f"new header block on stream {frame.stream_id} before the block of "
+                                     f"stream {self._block_stream} ended")
+            start, end = split_padding(frame.flags, payload)
+            if frame.type == HEADERS and frame.flags & FLAG_PRIORITY:
+                start += 5
+            elif frame.type == PUSH_PROMISE:
+                start += 4
+            if start > end:
+                raise MalformedFrame(None, f"{FRAME_TYPE_NAMES[frame.type]} frame too short")
+            fragment = payload[start:end]
+            self._block_stream = frame.stream_id
+        self._block += fragment
+        if not frame.flags & FLAG_END_HEADERS:
+            return None
+        block = bytes(self._block)
+        self._block.clear()
+        self._block_stream = None
+        return self._hpack_decode(block)
+
+    def _hpack_decode(self, block: bytes) -> Headers | None:
+        from hpack import HPACKError
+
+        if self.hpack_failed:
+            return None  # the dynamic table is lost for the rest of this direction
+        try:
+            pairs = self._hpack.decode(block, raw=True)
+        except (HPACKError, IndexError, ValueError) as exc:
+            self.hpack_failed = True
+            raise MalformedFrame(None, f"HPACK header block cannot be decoded ({exc})") from None
+        return tuple((name.decode("utf-8", "replace"), value.decode("utf-8", "replace")) for name, value in pairs)

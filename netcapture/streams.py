@@ -1,0 +1,449 @@
+"""The records calibration needs, built from a capture's HTTP/2 frames.
+
+Both backends deliver the same list of :class:`~netcapture.http2.Http2Frame` (in capture
+order: packet number, then position in the packet); :func:`build_streams`,
+:func:`build_flow_control` and :func:`summarise_connections` turn it into:
+
+- :class:`StreamRecord`: one per HTTP/2 stream: the RPC, for ``RecvTensor`` the
+  rendezvous key and tensor name, the request and response times, byte counts and the
+  DATA frame timeline of each direction;
+- :class:`FlowControlTimeline`: one per connection and direction of data: the receiver's
+  SETTINGS (INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE) with their times, its WINDOW_UPDATEs,
+  the PINGs (gRPC's BDP probes), and the sender's connection and stream windows after
+  every change, as seen at the capture point.
+
+Times are seconds since the epoch (floats from the exact nanosecond capture times), the
+same clock as a TensorFlow trace taken on the capturing host. A frame's time is that of
+the packet that completed it; "first" and "last" DATA frames are first and last in byte
+order. Capture times are not always monotonic along a direction (see :mod:`netcapture.tcp`),
+so the last DATA frame is not always the one with the latest timestamp: the frame timeline
+has every frame's time for a caller who wants the maximum.
+
+Window rules (RFC 9113 §6.9): a sender's connection window starts at 65,535 bytes and
+only WINDOW_UPDATEs on stream 0 raise it; a stream window starts at the receiver's
+INITIAL_WINDOW_SIZE in force when the stream appears, and a later change of that setting
+moves every open stream window by the difference. DATA frames count with their full
+payload length, padding included. A SETTINGS frame is applied when it is captured, not
+when the peer acknowledges it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Iterable
+
+from netcapture.grpc import RECV_TENSOR_PATH, RendezvousKey
+from netcapture.http2 import (
+    CONTINUATION, DATA, DECODED_TYPES, DEFAULT_INITIAL_WINDOW_BYTES, DEFAULT_MAX_FRAME_BYTES, FRAME_TYPE_NAMES,
+    HEADERS, PING, RST_STREAM, SETTINGS, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE,
+    SETTINGS_NAMES, WINDOW_UPDATE, Http2Frame,
+)
+from netcapture.tcp import ConnectionId, Endpoint
+
+
+@dataclasses.dataclass(frozen=True)
+class DataFrameEvent:
+    """One DATA frame of a stream: the frame timeline calibration replays."""
+
+    time_s: float
+    packet_number: int
+    length_bytes: int
+    end_stream: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamRecord:
+    """One HTTP/2 stream (one RPC).
+
+    The client sent the request (HEADERS, then DATA); the server answers (HEADERS, DATA,
+    trailers). For ``RecvTensor`` the tensor travels in the response, so
+    ``tensor_direction`` is ``"server_to_client"``: the server is the tensor's sender.
+
+    Times are ``None`` when the capture holds no such frame. ``*_data_bytes`` count DATA
+    payload bytes (gRPC prefixes included, padding not); ``*_message_bytes`` the gRPC
+    message bodies. ``tensor_content_bytes`` is the raw tensor size read from the
+    RecvTensor response, which equals the trace's ``requested_bytes``.
+    """
+
+    connection: ConnectionId
+    stream_id: int
+    rpc_path: str | None
+    content_type: str | None
+    rendezvous_key: str | None
+    tensor_name: str | None
+    step_id: int | None
+    src_device: str | None
+    dst_device: str | None
+    request_headers_time_s: float | None
+    request_end_time_s: float | None
+    response_headers_time_s: float | None
+    response_first_data_time_s: float | None
+    response_last_data_time_s: float | None
+    response_end_time_s: float | None
+    request_data_bytes: int
+    response_data_bytes: int
+    request_message_bytes: int
+    response_message_bytes: int
+    request_messages: int
+    response_messages: int
+    tensor_content_bytes: int | None
+    grpc_status: int | None
+    reset_error_code: int | None
+    request_frames: tuple[DataFrameEvent, ...]
+    response_frames: tuple[DataFrameEvent, ...]
+
+    @property
+    def is_grpc(self) -> bool:
+        return bool(self.content_type and self.content_type.startswith("application/grpc"))
+
+    @property
+    def is_recv_tensor(self) -> bool:
+        return self.rpc_path == RECV_TENSOR_PATH
+
+    @property
+    def tensor_direction(self) -> str | None:
+        return "server_to_client" if self.is_recv_tensor else None
+
+    @property
+    def client(self) -> Endpoint:
+        return self.connection.client
+
+    @property
+    def server(self) -> Endpoint:
+        return self.connection.server
+
+    @property
+    def complete(self) -> bool:
+        """Request and response both ended inside the capture."""
+        return self.request_end_time_s is not None and self.response_end_time_s is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingChange:
+    """One SETTINGS parameter sent by a peer (not an ACK)."""
+
+    time_s: float
+    packet_number: int
+    setting_id: int
+    value: int
+
+    @property
+    def name(self) -> str:
+        return SETTINGS_NAMES.get(self.setting_id, f"0x{self.setting_id:x}")
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowUpdateEvent:
+    """A WINDOW_UPDATE from the receiver: stream 0 is the connection window."""
+
+    time_s: float
+    packet_number: int
+    stream_id: int
+    increment_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PingEvent:
+    """A PING or its ACK; gRPC's BDP probe is a PING from the data's receiver."""
+
+    time_s: float
+    packet_number: int
+    from_receiver: bool
+    ack: bool
+    opaque: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSample:
+    """The sender's window after one event: stream 0 is the connection window.
+
+    ``cause`` is ``"open"`` (a stream appears), ``"data"``, ``"window_update"`` or
+    ``"settings"``. The window can go negative after a SETTINGS decrease.
+    """
+
+    time_s: float
+    packet_number: int
+    stream_id: int
+    window_bytes: int
+    cause: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowControlTimeline:
+    """Flow control of the data one side of a connection sends.
+
+    ``data_from_client`` tells which side sends the data these windows limit; the other
+    side (the receiver) sets them. For RecvTensor the tensors flow server to client, so
+    the timeline with ``data_from_client=False`` is the one of the tensors.
+    """
+
+    connection: ConnectionId
+    data_from_client: bool
+    receiver_settings: tuple[SettingChange, ...]
+    sender_settings_acks_s: tuple[float, ...]
+    window_updates: tuple[WindowUpdateEvent, ...]
+    pings: tuple[PingEvent, ...]
+    connection_window: tuple[WindowSample, ...]
+    stream_windows: tuple[WindowSample, ...]
+    data_frames: int
+    data_bytes: int
+
+    @property
+    def sender(self) -> Endpoint:
+        return self.connection.client if self.data_from_client else self.connection.server
+
+    @property
+    def receiver(self) -> Endpoint:
+        return self.connection.server if self.data_from_client else self.connection.client
+
+    def setting_timeline(self, setting_id: int) -> tuple[tuple[float, int], ...]:
+        """``(time_s, value)`` of every value the receiver sent for ``setting_id``."""
+        return tuple((s.time_s, s.value) for s in self.receiver_settings if s.setting_id == setting_id)
+
+    @property
+    def initial_window_timeline(self) -> tuple[tuple[float, int], ...]:
+        return self.setting_timeline(SETTINGS_INITIAL_WINDOW_SIZE)
+
+    @property
+    def max_frame_timeline(self) -> tuple[tuple[float, int], ...]:
+        return self.setting_timeline(SETTINGS_MAX_FRAME_SIZE)
+
+    def initial_window_at(self, time_s: float) -> int:
+        """The receiver's INITIAL_WINDOW_SIZE in force at ``time_s`` (by capture time)."""
+        return _value_at(self.initial_window_timeline, time_s, DEFAULT_INITIAL_WINDOW_BYTES)
+
+    def max_frame_at(self, time_s: float) -> int:
+        return _value_at(self.max_frame_timeline, time_s, DEFAULT_MAX_FRAME_BYTES)
+
+
+def _value_at(timeline: tuple[tuple[float, int], ...], time_s: float, default: int) -> int:
+    value = default
+    for when, new in timeline:
+        if when > time_s:
+            break
+        value = new
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSummary:
+    """One decoded HTTP/2 connection: its span and how many frames of each type it carried."""
+
+    connection: ConnectionId
+    first_time_s: float
+    last_time_s: float
+    frames: int
+    frames_by_type: tuple[tuple[str, int], ...]
+    skipped_frames: int  # PRIORITY, PUSH/ALTSVC and unknown types: counted, not decoded
+
+
+# -- streams ------------------------------------------------------------------------------
+
+class _StreamBuilder:
+    def __init__(self, connection: ConnectionId, stream_id: int):
+        self.connection, self.stream_id = connection, stream_id
+        self.path = self.content_type = self.key = None
+        self.step_id = None
+        self.request_headers = self.request_end = self.response_headers = self.response_end = None
+        self.request_frames: list[DataFrameEvent] = []
+        self.response_frames: list[DataFrameEvent] = []
+        self.request_data = self.response_data = 0
+        self.request_message_bytes = self.response_message_bytes = 0
+        self.request_messages = self.response_messages = 0
+        self.tensor_content = None
+        self.grpc_status = self.reset = None
+
+    def add(self, frame: Http2Frame) -> None:
+        time_s = frame.time_s
+        if frame.type in (HEADERS, CONTINUATION):
+            self._headers(frame, time_s)
+        elif frame.type == DATA:
+            self._data(frame, time_s)
+        elif frame.type == RST_STREAM:
+            self.reset = frame.error_code
+            if self.request_end is None:
+                self.request_end = time_s
+            if self.response_end is None:
+                self.response_end = time_s
+        if frame.end_stream:
+            if frame.from_client:
+                self.request_end = time_s
+            else:
+                self.response_end = time_s
+
+    def _headers(self, frame: Http2Frame, time_s: float) -> None:
+        if frame.type == HEADERS:
+            if frame.from_client and self.request_headers is None:
+                self.request_headers = time_s
+            elif not frame.from_client and self.response_headers is None:
+                self.response_headers = time_s
+        for name, value in frame.headers or ():
+            if frame.from_client and name == ":path" and self.path is None:
+                self.path = value
+            elif name == "content-type" and self.content_type is None:
+                self.content_type = value
+            elif not frame.from_client and name == "grpc-status":
+                try:
+                    self.grpc_status = int(value)
+                except ValueError:
+                    self.grpc_status = None
+
+    def _data(self, frame: Http2Frame, time_s: float) -> None:
+        event = DataFrameEvent(time_s, frame.packet_number, frame.length, frame.end_stream)
+        for message in frame.grpc_messages:
+            if frame.from_client:
+                self.request_message_bytes += message.length_bytes
+                self.request_messages += 1
+                if message.rendezvous_key is not None and self.key is None:
+                    self.key, self.step_id = message.rendezvous_key, message.step_id
+            else:
+                self.response_message_bytes += message.length_bytes
+                self.response_messages += 1
+                if message.tensor_content_bytes is not None and self.tensor_content is None:
+                    self.tensor_content = message.tensor_content_bytes
+        if frame.from_client:
+            self.request_frames.append(event)
+            self.request_data += frame.data_bytes
+        else:
+            self.response_frames.append(event)
+            self.response_data += frame.data_bytes
+
+    def record(self) -> StreamRecord:
+        parsed = RendezvousKey.parse(self.key) if self.key else None
+        data_times = [e.time_s for e in self.response_frames if e.length_bytes]
+        return StreamRecord(
+            connection=self.connection, stream_id=self.stream_id, rpc_path=self.path,
+            content_type=self.content_type, rendezvous_key=self.key,
+            tensor_name=parsed.tensor_name if parsed else None, step_id=self.step_id,
+            src_device=parsed.src_device if parsed else None, dst_device=parsed.dst_device if parsed else None,
+            request_headers_time_s=self.request_headers, request_end_time_s=self.request_end,
+            response_headers_time_s=self.response_headers,
+            response_first_data_time_s=data_times[0] if data_times else None,
+            response_last_data_time_s=data_times[-1] if data_times else None,
+            response_end_time_s=self.response_end,
+            request_data_bytes=self.request_data, response_data_bytes=self.response_data,
+            request_message_bytes=self.request_message_bytes, response_message_bytes=self.response_message_bytes,
+            request_messages=self.request_messages, response_messages=self.response_messages,
+            tensor_content_bytes=self.tensor_content, grpc_status=self.grpc_status, reset_error_code=self.reset,
+            request_frames=tuple(self.request_frames), response_frames=tuple(self.response_frames),
+        )
+
+
+def build_streams(frames: Iterable[Http2Frame]) -> tuple[StreamRecord, ...]:
+    """One :class:`StreamRecord` per (connection, stream), in order of first appearance."""
+    builders: dict[tuple[ConnectionId, int], _StreamBuilder] = {}
+    for frame in frames:
+        if frame.stream_id == 0:
+            continue
+        key = (frame.connection, frame.stream_id)
+        builder = builders.get(key)
+        if builder is None:
+            builder = builders[key] = _StreamBuilder(frame.connection, frame.stream_id)
+        builder.add(frame)
+    return tuple(b.record() for b in builders.values())
+
+
+# -- flow control -------------------------------------------------------------------------
+
+class _FlowBuilder:
+    def __init__(self, connection: ConnectionId, data_from_client: bool):
+        self.connection, self.data_from_client = connection, data_from_client
+        self.settings: list[SettingChange] = []
+        self.acks: list[float] = []
+        self.updates: list[WindowUpdateEvent] = []
+        self.pings: list[PingEvent] = []
+        self.connection_window: list[WindowSample] = []
+        self.stream_windows: list[WindowSample] = []
+        self.window = DEFAULT_INITIAL_WINDOW_BYTES
+        self.initial = DEFAULT_INITIAL_WINDOW_BYTES
+        self.streams: dict[int, int] = {}
+        self.closed: set[int] = set()
+        self.data_frames = self.data_bytes = 0
+
+    def add(self, frame: Http2Frame) -> None:
+        from_receiver = frame.from_client != self.data_from_client
+        time_s, number = frame.time_s, frame.packet_number
+        if frame.stream_id and frame.stream_id not in self.streams and frame.type in DECODED_TYPES:
+            self.streams[frame.stream_id] = self.initial
+            self.stream_windows.append(WindowSample(time_s, number, frame.stream_id, self.initial, "open"))
+        if frame.type == PING:
+            self.pings.append(PingEvent(time_s, number, from_receiver, frame.ack, frame.ping_opaque or ""))
+        elif frame.type == SETTINGS:
+            if from_receiver and not frame.ack:
+                self._settings(frame, time_s, number)
+            elif not from_receiver and frame.ack:
+                self.acks.append(time_s)
+        elif frame.type == WINDOW_UPDATE and from_receiver:
+            increment = frame.window_increment or 0
+            self.updates.append(WindowUpdateEvent(time_s, number, frame.stream_id, increment))
+            if frame.stream_id == 0:
+                self.window += increment
+                self.connection_window.append(WindowSample(time_s, number, 0, self.window, "window_update"))
+            else:
+                self.streams[frame.stream_id] += increment
+                self.stream_windows.append(
+                    WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "window_update"))
+        elif frame.type == DATA and not from_receiver:
+            self.data_frames += 1
+            self.data_bytes += frame.length
+            self.window -= frame.length
+            self.streams[frame.stream_id] -= frame.length
+            self.connection_window.append(WindowSample(time_s, number, 0, self.window, "data"))
+            self.stream_windows.append(
+                WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "data"))
+        if (frame.type in (DATA, HEADERS) and frame.end_stream and not from_receiver) or frame.type == RST_STREAM:
+            self.closed.add(frame.stream_id)
+
+    def _settings(self, frame: Http2Frame, time_s: float, number: int) -> None:
+        for setting_id, value in frame.settings or ():
+            self.settings.append(SettingChange(time_s, number, setting_id, value))
+            if setting_id == SETTINGS_INITIAL_WINDOW_SIZE:
+                delta, self.initial = value - self.initial, value
+                for stream_id in self.streams:
+                    if stream_id in self.closed:
+                        continue
+                    self.streams[stream_id] += delta
+                    self.stream_windows.append(
+                        WindowSample(time_s, number, stream_id, self.streams[stream_id], "settings"))
+
+    def timeline(self) -> FlowControlTimeline:
+        return FlowControlTimeline(
+            self.connection, self.data_from_client, tuple(self.settings), tuple(self.acks), tuple(self.updates),
+            tuple(self.pings), tuple(self.connection_window), tuple(self.stream_windows),
+            self.data_frames, self.data_bytes)
+
+
+def build_flow_control(frames: Iterable[Http2Frame]) -> tuple[FlowControlTimeline, ...]:
+    """Two :class:`FlowControlTimeline` per connection (client's data, then server's data)."""
+    builders: dict[tuple[ConnectionId, bool], _FlowBuilder] = {}
+    for frame in frames:
+        for data_from_client in (True, False):
+            key = (frame.connection, data_from_client)
+            builder = builders.get(key)
+            if builder is None:
+                builder = builders[key] = _FlowBuilder(frame.connection, data_from_client)
+            builder.add(frame)
+    return tuple(b.timeline() for b in builders.values())
+
+
+def summarise_connections(frames: Iterable[Http2Frame]) -> tuple[ConnectionSummary, ...]:
+    spans: dict[ConnectionId, list[float]] = {}
+    counts: dict[ConnectionId, Counter] = {}
+    for frame in frames:
+        span = spans.setdefault(frame.connection, [frame.time_s, frame.time_s])
+        span[0], span[1] = min(span[0], frame.time_s), max(span[1], frame.time_s)
+        counts.setdefault(frame.connection, Counter())[frame.type_name] += 1
+    summaries = []
+    for connection, counter in counts.items():
+        skipped = sum(n for name, n in counter.items()
+                      if name not in {FRAME_TYPE_NAMES[t] for t in DECODED_TYPES})
+        summaries.append(ConnectionSummary(connection, spans[connection][0], spans[connection][1],
+                                           sum(counter.values()), tuple(sorted(counter.items())), skipped))
+    return tuple(summaries)
+
+
+__all__ = [
+    "ConnectionSummary", "DataFrameEvent", "FlowControlTimeline", "PingEvent", "SettingChange", "StreamRecord",
+    "WindowSample", "WindowUpdateEvent", "build_flow_control", "build_streams", "summarise_connections",
+]
