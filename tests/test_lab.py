@@ -1,0 +1,64 @@
+"""The emulated cluster and the lab's quick preset, end to end (root, TensorFlow, iproute2)."""
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tfsim.lab.netns import EmulatedCluster, cleanup, list_namespaces
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
+                                reason="the lab needs root, ip and tc")
+
+
+@needs_root
+def test_cluster_is_shaped_and_always_torn_down():
+    before = set(list_namespaces())
+    with pytest.raises(RuntimeError, match="boom"):
+        with EmulatedCluster(["ps0", "w0"], rate_bit=200_000_000) as cluster:
+            assert set(cluster.namespaces()) <= set(list_namespaces())
+            ps, worker = cluster.hosts["ps0"], cluster.hosts["w0"]
+            assert ps.address.startswith("10.231.0.") and ps.address != worker.address
+            qdiscs = subprocess.run([*worker.exec_prefix(), "tc", "qdisc", "show", "dev", "eth0"],
+                                    capture_output=True, text=True).stdout
+            assert "tbf" in qdiscs and "200Mbit" in qdiscs
+            raise RuntimeError("boom")
+    assert set(list_namespaces()) == before
+
+
+@needs_root
+def test_cleanup_removes_only_dead_runs():
+    live = EmulatedCluster(["a"], rate_bit=10_000_000).up()
+    dead_name = "tfsimlab-999999-dead-a"
+    subprocess.run(["ip", "netns", "add", dead_name], check=True)
+    try:
+        removed = cleanup()
+        assert dead_name in removed
+        assert set(live.namespaces()) <= set(list_namespaces())
+    finally:
+        live.down()
+        subprocess.run(["ip", "netns", "delete", dead_name], capture_output=True)
+
+
+@needs_root
+@pytest.mark.tensorflow
+def test_quick_preset_end_to_end(tmp_path):
+    pytest.importorskip("tensorflow")
+    before = set(list_namespaces())
+    result = subprocess.run([sys.executable, "-m", "tfsim", "lab", "--preset", "quick", "--out", str(tmp_path),
+                             "--no-progress"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(tmp_path / "results.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["workers"]) for r in rows] == [1, 2]
+    for row in rows:
+        measured, predicted = float(row["measured_eps"]), float(row["predicted_http2_eps"])
+        assert measured > 0 and predicted > 0
+        assert float(row["error_http2"]) == pytest.approx(predicted / measured - 1, abs=1e-4)
+    assert "| tiny-100mbit | 1 |" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "tiny-100mbit.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "tiny-100mbit" / "CLUSTER.json").exists()
+    assert set(list_namespaces()) == before
