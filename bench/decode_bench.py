@@ -31,6 +31,7 @@ from netcapture import read_capture, run_server_ports  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapWriter, iter_packets  # noqa: E402
 from tfsim.fileio import write_json  # noqa: E402
+from tfsim.machine import cpu_model  # noqa: E402
 
 CAPTURES = ROOT / "data" / "captures"
 SCAPY_SAMPLE = 5_000  # scapy's dissectors take ~1 ms a packet: time a sample
@@ -71,17 +72,6 @@ def _seconds(function, repeat: int) -> dict[str, float]:
 
 def _rate(times: dict[str, float], megabytes: float) -> dict[str, float]:
     return {**times, "mb_per_s_best": megabytes / times["best_s"], "mb_per_s_median": megabytes / times["median_s"]}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _tshark_version() -> str | None:
@@ -177,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [bench_capture(path, args.repeat) for path in captures]
     write_json(args.out, {
         "largest": runs[0], "others": runs[1:],
-        "machine": {"cpu": _cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "tshark": _tshark_version()},
     })
     print(f"wrote {args.out}")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -32,15 +31,7 @@ from simulate.predict import predict  # noqa: E402
 from simulate.prepare import prepare  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
 from tfsim.fileio import write_json  # noqa: E402
-
-
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+from tfsim.machine import machine_description  # noqa: E402
 
 
 def main() -> int:
@@ -49,7 +40,7 @@ def main() -> int:
     profile = load_profile(ROOT / "data" / "profiles" / "resnet50.npz")
     cluster = ClusterModel.from_bandwidth(125e6)  # 1 Gbit/s
     results: dict = {"benchmark": "engine", "profile": "resnet50.npz", "ops_per_step": profile.graph.n_ops,
-                     "machine": machine(), "date": time.strftime("%Y-%m-%d")}
+                     "machine": machine_description(), "date": time.strftime("%Y-%m-%d")}
 
     # Warm the compiled kernel (loads numba's on-disk cache, or compiles once).
     warm = prepare(profile, cluster, workers=2)

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 from tfprofile import tictac  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
 from tfsim.fileio import write_json  # noqa: E402
+from tfsim.machine import cpu_model  # noqa: E402
 
 DEFAULT_PROFILES = ("inception3", "resnet50")
 BANDWIDTH_BPS = 1.25e9  # 10 Gbit/s, a typical cluster link
@@ -39,19 +40,8 @@ def _seconds(function, repeat: int) -> dict[str, float]:
     return {"best": min(runs), "median": statistics.median(runs)}
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine() -> dict[str, object]:
-    return {"cpu": _cpu_model(), "cpus": os.cpu_count(), "system": platform.platform(),
+    return {"cpu": cpu_model(), "cpus": os.cpu_count(), "system": platform.platform(),
             "python": platform.python_version(), "numpy": np.__version__}
 
 

@@ -12,6 +12,7 @@ import json
 import math
 from pathlib import Path
 
+from tfsim.argtypes import non_negative_int, positive_float
 from tfsim.errors import InputError
 
 DESCRIPTION = """\
@@ -39,26 +40,6 @@ example:
 """
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
-    return value
-
-
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``tfsim order`` on ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
     from tfprofile.tictac import POLICIES
@@ -72,9 +53,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, type=Path, metavar="PRIORITIES.tsv",
                    help="priority file to write (TicTac's format)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of text")
-    p.add_argument("--bandwidth", type=_positive_float, metavar="BYTES_PER_S",
+    p.add_argument("--bandwidth", type=positive_float, metavar="BYTES_PER_S",
                    help="for tac: time transfers as size/BYTES_PER_S instead of their recorded durations")
-    p.add_argument("--seed", type=_non_negative_int, default=0, help="for random: the seed (default: 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="for random: the seed (default: 0)")
     p.set_defaults(handler=run)
     return p
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tfsim import __version__
+from tfsim.argtypes import non_negative_int, positive_int
 from tfsim.errors import CollectError, InputError, TfsimWarning
 
 DESCRIPTION = """\
@@ -38,26 +39,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"tfsim: error: {message} (see {self.prog} --help)\n")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
-    return value
-
-
 # ---------------------------------------------------------------------------- collect
 
 def _add_collect(sub) -> None:
@@ -76,17 +57,17 @@ def _add_collect(sub) -> None:
     model.add_argument("--model", default="tiny",
                        help="built-in model: tiny, alexnet, vgg11, resnet50, inception3, wide_mlp (default: tiny)")
     model.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (see below)")
-    p.add_argument("--batch", type=_positive_int, default=32, help="examples per step and worker (default: 32)")
-    p.add_argument("--image-size", type=_non_negative_int, default=0,
+    p.add_argument("--batch", type=positive_int, default=32, help="examples per step and worker (default: 32)")
+    p.add_argument("--image-size", type=non_negative_int, default=0,
                    help="input image side in pixels (default: the model's own)")
-    p.add_argument("--num-classes", type=_non_negative_int, default=0, help="classes (default: the model's own)")
-    p.add_argument("--steps", type=_positive_int, default=20, help="measured steps per worker (default: 20)")
-    p.add_argument("--warmup", type=_non_negative_int, default=5,
+    p.add_argument("--num-classes", type=non_negative_int, default=0, help="classes (default: the model's own)")
+    p.add_argument("--steps", type=positive_int, default=20, help="measured steps per worker (default: 20)")
+    p.add_argument("--warmup", type=non_negative_int, default=5,
                    help="untimed steps before the measured ones (default: 5)")
-    p.add_argument("--trace-every", type=_positive_int, default=1, metavar="K",
+    p.add_argument("--trace-every", type=positive_int, default=1, metavar="K",
                    help="trace every K-th measured step, starting with the first (default: 1)")
-    p.add_argument("--workers", type=_positive_int, default=1, help="worker tasks (default: 1)")
-    p.add_argument("--ps-tasks", type=_positive_int, default=1, help="parameter-server tasks (default: 1)")
+    p.add_argument("--workers", type=positive_int, default=1, help="worker tasks (default: 1)")
+    p.add_argument("--ps-tasks", type=positive_int, default=1, help="parameter-server tasks (default: 1)")
     p.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
                    help="variable placement over PS tasks (default: round_robin, TensorFlow's default)")
     p.add_argument("--zero-init", action="store_true",
@@ -94,8 +75,8 @@ def _add_collect(sub) -> None:
     p.add_argument("--grpc-options", metavar="OPTS",
                    help="TF_GRPC_DEFAULT_OPTIONS for every task, e.g. "
                         "'grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535' to pin a small HTTP/2 window")
-    p.add_argument("--intra-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
-    p.add_argument("--inter-op-threads", type=_non_negative_int, default=0, help="0: TensorFlow's default")
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=0, help="0: TensorFlow's default")
+    p.add_argument("--inter-op-threads", type=non_negative_int, default=0, help="0: TensorFlow's default")
     p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds")
     p.add_argument("--capture", action="store_true",
                    help="also measure the link with iperf3 -J (both directions, 3 runs each) and capture the job's "
@@ -135,7 +116,7 @@ def _add_profile(sub) -> None:
     p.add_argument("-o", "--output", type=Path, metavar="PROFILE", help="profile file to write (.npz)")
     p.add_argument("--summary", action="store_true", help="summarise the PROFILE given as input")
     p.add_argument("--json", action="store_true", help="with --summary: one JSON object on stdout")
-    p.add_argument("--batch", type=_positive_int, help="batch size, for trace files outside a run directory")
+    p.add_argument("--batch", type=positive_int, help="batch size, for trace files outside a run directory")
     p.add_argument("--variables", type=Path, metavar="FILE",
                    help="variables.json, for trace files outside a run directory")
     p.set_defaults(handler=_run_profile)
@@ -206,7 +187,7 @@ def _add_predict(sub) -> None:
                    help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
                         "so); with --cluster: a what-if at this bandwidth")
     p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
-    p.add_argument("--ps", dest="servers", type=_positive_int, metavar="M",
+    p.add_argument("--ps", dest="servers", type=positive_int, metavar="M",
                    help="re-partition the variables over M parameter servers with TensorFlow's greedy rule "
                         "(default: as profiled)")
     p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"), help="default: async")
@@ -218,19 +199,19 @@ def _add_predict(sub) -> None:
                         "(default NAME: the file's stem). Repeatable.")
     p.add_argument("--flow-cap", metavar="RATE", help="per-flow cap for --sharing flow_cap")
     p.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
-    p.add_argument("--steps", type=_positive_int, default=1000, help="steps per worker (default: 1000)")
-    p.add_argument("--warmup", type=_non_negative_int, default=50, help="steps dropped per worker (default: 50)")
+    p.add_argument("--steps", type=positive_int, default=1000, help="steps per worker (default: 1000)")
+    p.add_argument("--warmup", type=non_negative_int, default=50, help="steps dropped per worker (default: 50)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--ci-target", type=float, metavar="F",
                    help="double the steps until the 95%% half-width is below F x throughput")
-    p.add_argument("--jobs", type=_positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
     p.add_argument("--json", type=Path, metavar="OUT.json", help="write the table as tfsim.prediction/1 JSON")
     p.add_argument("--csv", type=Path, metavar="OUT.csv", help="write the table as CSV")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="plot throughput against W")
     p.add_argument("--trace-out", type=Path, metavar="OUT.json",
                    help="write a Chrome trace (Perfetto, chrome://tracing) of a simulated run")
-    p.add_argument("--trace-workers", type=_positive_int, help="workers in the traced run (default: the largest W)")
-    p.add_argument("--trace-steps", type=_positive_int, default=3, help="steps per worker in the trace (default: 3)")
+    p.add_argument("--trace-workers", type=positive_int, help="workers in the traced run (default: the largest W)")
+    p.add_argument("--trace-steps", type=positive_int, default=3, help="steps per worker in the trace (default: 3)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(handler=_run_predict)
 
@@ -288,8 +269,8 @@ def _add_demo(sub) -> None:
     )
     p.add_argument("--out", type=Path, default=Path("tfsim-demo"), help="output directory (default: tfsim-demo)")
     p.add_argument("--data", type=Path, help="the bundled data directory (default: the project's data/)")
-    p.add_argument("--steps", type=_positive_int, default=400, help="steps per worker (default: 400)")
-    p.add_argument("--jobs", type=_positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--steps", type=positive_int, default=400, help="steps per worker (default: 400)")
+    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
     p.set_defaults(handler=_run_demo)
 
 

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 from tfsim.errors import CollectError, UsageError
 from tfsim.fileio import write_json
+from tfsim.machine import machine_description
 
 from tfprofile.harness.capture import Tcpdump, capture_filter, gzip_file, measure_bandwidth, require_root, require_tools
 from tfprofile.harness.task import PROGRESS_PREFIX
@@ -338,17 +339,6 @@ def _merge_step_times(run_dir: Path, workers: int) -> None:
         writer = csv.writer(handle)
         writer.writerow(header)
         writer.writerows(rows)
-
-
-def machine_description() -> dict:
-    """CPU model, core count and kernel of this machine, for the run record."""
-    cpu = platform.processor() or "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "hostname": platform.node()}
 
 
 def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_size: int, wall_s: float,

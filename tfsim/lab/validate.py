@@ -158,7 +158,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
 
 def machine_text() -> str:
-    from tfprofile.harness.launcher import machine_description
+    from tfsim.machine import machine_description
 
     m = machine_description()
     return f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}"
