@@ -17,6 +17,9 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   the tensor's size, fitted with Theil-Sen (robust to late records; slope and intercept
   kept non-negative), with R², n and the residuals. The uplink's record ends on the PS's clock and the capture runs on the worker's
   host: the same clock in the lab, synchronised clocks (NTP) on a real cluster.
+- **Overhead placement**: where the overhead runs (on the receiver's compute resource as in
+  ICPE, on a parse lane, or as a pure delay) is chosen so that the model reproduces the
+  calibration run's own traced step time at W = 1 (:func:`choose_placement`).
 - **Model check** (ICPE Table 1): each traced step's streams of each direction are replayed
   through the ``http2`` and ``fifo`` models, arrivals at the captured request times, sizes
   from the capture, B and WIN as fitted; the relative error of every stream's end time is
@@ -30,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -81,6 +85,8 @@ class Calibration:
     samples: tuple[StreamSample, ...]
     tensorflow: str | None
     capture_notes: tuple[str, ...]
+    placement: str = "compute"
+    placement_check: dict = dataclasses.field(default_factory=dict)
 
     def to_cluster_json(self, default_transfer: str = "http2") -> dict:
         error = self.model_error.get(default_transfer, {}).get("all", {})
@@ -97,6 +103,8 @@ class Calibration:
             "overhead": {d: {"alpha_s_per_byte": f.slope, "beta_s": f.intercept, "r2": f.r2, "n": f.n,
                              "residual_median_abs_s": f.residual_median_abs, "residual_p95_abs_s": f.residual_p95_abs,
                              "method": f.method} for d, f in self.overhead.items()},
+            "overhead_placement": self.placement,
+            "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
             "transfer_model_error": self.model_error,
@@ -214,6 +222,34 @@ def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict,
     return {model: {key: error_summary(values) for key, values in per.items()} for model, per in errors.items()}
 
 
+def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple[str, dict]:
+    """Where the parsing overhead best explains the calibration run itself.
+
+    The run was 1 PS and 1 worker on this very cluster, so a model with the fitted B, WIN
+    and α/β must reproduce its traced step time at W = 1 (SPEC §3's first property). Each
+    placement (``compute``, ``lane``, ``delay``; :class:`simulate.cluster.OverheadPlacement`)
+    is simulated at W = 1; the one whose median step time is closest to the traced makespan
+    is chosen, and every placement's relative error is kept in CLUSTER.json.
+    """
+    from simulate.cluster import OverheadPlacement
+    from simulate.config import SimConfig
+    from simulate.engine import run as simulate_run
+    from simulate.prepare import prepare
+    from simulate.results import step_times_s
+
+    from calibration.cluster_file import cluster_from_dict
+
+    target = float(np.median(profile.step_makespan_s))
+    errors = {}
+    for placement in OverheadPlacement:
+        cluster = cluster_from_dict({**cluster_document, "overhead_placement": placement.value}, "calibration")
+        graph = prepare(profile, cluster)
+        result = simulate_run(graph, cluster, SimConfig(workers=1, steps=steps, warmup=min(20, steps // 5)))
+        errors[placement.value] = float(np.median(step_times_s(result)) / target - 1.0)
+    best = min(errors, key=lambda k: abs(errors[k]))
+    return best, {"traced_makespan_median_s": target, "relative_error_of_one_worker_step": errors}
+
+
 def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
     """Fit B, WIN and α/β from a run directory made by ``tfsim collect --capture``."""
     from netcapture import match_run, read_capture, run_server_ports
@@ -233,9 +269,16 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
     fits, pooled = _overhead(samples)
-    return Calibration(
+    calibration = Calibration(
         run_dir=str(run_dir), bandwidth_Bps=bandwidth, bandwidth_spread_Bps=spread, busy_rate_Bps=_busy_rate(samples),
         window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
         model_error=model_check(samples, bandwidth, windows), samples=tuple(samples),
         tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
     )
+    from tfprofile.rundir import profile_from_run_dir
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a skipped step is reported when the profile is built
+        profile = profile_from_run_dir(run_dir)
+    placement, check = choose_placement(profile, calibration.to_cluster_json())
+    return dataclasses.replace(calibration, placement=placement, placement_check=check)

@@ -30,6 +30,11 @@ def format_calibration(document: dict) -> str:
     for model, per in document["transfer_model_error"].items():
         cells = "  ".join(f"{d} {_pct(e.get('median'))} / {_pct(e.get('p95'))}" for d, e in per.items() if d != "all")
         lines.append(f"  {model:<6} {cells}")
+    check = document.get("overhead_placement_check") or {}
+    if check:
+        errs = "  ".join(f"{k} {v * 100:+.1f}%" for k, v in check["relative_error_of_one_worker_step"].items())
+        lines.append(f"overhead placement: {document['overhead_placement']} (one-worker step time vs the traced "
+                     f"{check['traced_makespan_median_s'] * 1e3:.1f} ms: {errs})")
     lines.append(f"default transfer model: {document['default_transfer']}")
     return "\n".join(lines)
 
