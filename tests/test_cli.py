@@ -6,7 +6,7 @@ import pytest
 
 from tfsim.cli import build_parser, main
 
-COMMANDS = ("collect", "profile", "order", "predict", "demo")
+COMMANDS = ("collect", "profile", "calibrate", "order", "predict", "compare", "lab", "demo")
 
 
 def run(argv, capsys):
@@ -132,3 +132,24 @@ def test_usage_error_is_one_line_exit_2(capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("tfsim: error:")
+
+
+def test_compare_sets_baselines_and_measurements_side_by_side(data_dir, tmp_path, capsys):
+    measured = tmp_path / "lab.csv"
+    measured.write_text("setting,workers,measured_eps\nx,1,2000\nx,2,3500\n")
+    out = tmp_path / "cmp.json"
+    code, stdout, err = run(["compare", data_dir / "profiles" / "tiny.npz", "--bandwidth", "100mbit", "--workers",
+                             "1-2", "--measured", measured, "--steps", "60", "--jobs", "1", "--no-progress",
+                             "--json", out, "--plot", tmp_path / "cmp.png"], capsys)
+    assert code == 0, err
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["workers"] for r in rows] == [1, 2]
+    for row in rows:
+        assert {"tfsim", "lin-async", "cynthia", "measured", "error_tfsim"} <= set(row)
+        assert row["error_tfsim"] == pytest.approx(row["tfsim"] / row["measured"] - 1)
+    assert "mean |error|" in stdout
+    two = tmp_path / "two.csv"
+    two.write_text("setting,workers,measured_eps\na,1,1\nb,1,2\n")
+    code, _, err = run(["compare", data_dir / "profiles" / "tiny.npz", "--bandwidth", "1gbit", "--measured", two,
+                        "--workers", "1"], capsys)
+    assert code == 2 and "--setting" in err

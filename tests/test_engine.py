@@ -160,8 +160,11 @@ def test_sync_ps_step_time_is_the_closed_form(workers):
     cluster = ClusterModel.from_bandwidth(bandwidth)
     graph = prepare(chain(size, compute, update), cluster, workers=workers, mode=Mode.SYNC)
     result = run(graph, cluster, SimConfig(workers=workers, mode=Mode.SYNC, steps=5, warmup=1))
-    # TPDS Eq. 7: all workers transfer at once, each at B/W.
-    expected = workers * size / bandwidth + compute + workers * size / bandwidth + update
+    # TPDS Eq. 7: all workers transfer at once, each at B/W; the analytical baseline says the same.
+    from simulate.analytic import sync_ps
+
+    expected = sync_ps(workers, 4, compute, 0.0, size / bandwidth, size / bandwidth, update).step_time_s
+    assert expected == pytest.approx(workers * size / bandwidth + compute + workers * size / bandwidth + update)
     assert np.allclose(np.diff(result.step_end_s[0]), expected, rtol=1e-12)
     assert np.allclose(result.step_end_s[:, -1], result.step_end_s[0, -1], rtol=1e-12)
 
@@ -192,6 +195,11 @@ def test_allreduce_step_time_is_the_closed_form(workers):
     result = run(graph, cluster, SimConfig(workers=workers, mode=Mode.ALLREDUCE, steps=4, warmup=1))
     expected = compute + 2 * (workers - 1) / workers * size / bandwidth + update  # TPDS Eq. 11
     assert np.allclose(np.diff(result.step_end_s[0]), expected, rtol=1e-12)
+    from simulate.analytic import ring_allreduce
+
+    # Eq. 11 has no update term: the simulation's step is the closed form plus the update.
+    closed = ring_allreduce(workers, 4, compute, 0.0, size / bandwidth).step_time_s
+    assert closed + update == pytest.approx(expected, rel=1e-12)
 
 
 def test_overhead_split_adds_parse_ops_on_the_receiver():

@@ -27,6 +27,7 @@ workflow:
   tfsim calibrate fit bandwidth, HTTP/2 window and parsing overhead from a captured run
   tfsim order     TicTac transfer priorities (TIC, TAC) and scheduling efficiency
   tfsim predict   simulate the job on W workers and M servers: throughput table and plot
+  tfsim compare   the simulation beside the coarse analytical baselines (and measurements)
   tfsim lab       measure real W-worker throughput on emulated clusters; publish the error
   tfsim demo      all of the above on the bundled real data, in one command
 """
@@ -222,6 +223,40 @@ def _run_predict(args) -> int:
     return prediction.run_cli(args)
 
 
+# ---------------------------------------------------------------------------- compare
+
+def _add_compare(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="the simulation beside the coarse analytical baselines, and measurements",
+        description="One table and one plot of every method over W: tfsim's fine-grained simulation, and the "
+                    "coarse baselines of the SGD mode (async: Lin et al. with and without the overlap correction, "
+                    "Cynthia and its halved-T_C variant; sync: TPDS Eqs. 7-10; allreduce: ring all-reduce), with "
+                    "the measured points and each method's error when --measured is given (e.g. tfsim lab's "
+                    "results.csv).",
+    )
+    p.add_argument("profile", type=Path, metavar="PROFILE")
+    p.add_argument("--cluster", type=Path, metavar="CLUSTER.json")
+    p.add_argument("--bandwidth", metavar="RATE", help="without --cluster: uncalibrated; with: a what-if")
+    p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"))
+    p.add_argument("--measured", type=Path, metavar="LAB.csv", help="measured throughput (workers, measured_eps)")
+    p.add_argument("--setting", help="which setting of a lab results.csv with several")
+    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores")
+    p.add_argument("--steps", type=positive_int, default=600, help="simulated steps per worker (default: 600)")
+    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--json", type=Path, metavar="OUT.json")
+    p.add_argument("--csv", type=Path, metavar="OUT.csv")
+    p.add_argument("--plot", type=Path, metavar="OUT.png")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(handler=_run_compare)
+
+
+def _run_compare(args) -> int:
+    from tfsim import comparison
+
+    return comparison.run_cli(args)
+
+
 # ---------------------------------------------------------------------------- lab
 
 def _add_lab(sub) -> None:
@@ -288,8 +323,8 @@ def _add_order(sub) -> None:
     order_cli.add_parser(sub)
 
 
-_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_calibrate, _add_order, _add_predict, _add_lab,
-                                   _add_demo)
+_COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_calibrate, _add_order, _add_predict, _add_compare,
+                                   _add_lab, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -32,6 +32,14 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
     ``model`` and ``throughput_eps`` (dashed lines)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=120)
+    random = frame[frame["policy"].astype(str).str.startswith("random#")] if "policy" in frame else frame.iloc[:0]
+    if len(random):
+        # Several random orders: one band from the lowest to the highest, and their median.
+        stats = random.groupby("workers")["throughput_eps"].agg(["min", "median", "max"]).reset_index()
+        band, = ax.plot(stats["workers"], stats["median"], ls="-.", lw=1.2,
+                        label=f"random ({random['policy'].nunique()} seeds, median and range)")
+        ax.fill_between(stats["workers"], stats["min"], stats["max"], color=band.get_color(), alpha=0.12, lw=0)
+        frame = frame.drop(random.index)
     varying = [c for c in ("policy", "sharing", "mode", "servers") if c in frame and frame[c].nunique() > 1]
     groups = frame.groupby(varying, sort=False) if varying else [((), frame)]
     for keys, group in groups:

@@ -20,6 +20,7 @@ from tfsim.units import format_rate, parse_rate
 PREDICTION_FORMAT = "tfsim.prediction/1"
 ORDER_POLICIES = {"tic": "tic", "tac": "tac", "reverse": "reverse_tic", "reverse_tic": "reverse_tic",
                   "random": "random"}
+RANDOM_SEEDS = 5  # "random" is a spread, not one draw: this many seeded permutations
 
 
 def ordering_priorities(profile, names, *, bandwidth_Bps: float | None, seed: int) -> dict:
@@ -28,9 +29,18 @@ def ordering_priorities(profile, names, *, bandwidth_Bps: float | None, seed: in
 
     out = {}
     for name in names:
-        if name in ORDER_POLICIES:
-            out[name] = compute_ordering(profile, ORDER_POLICIES[name], bandwidth_Bps=bandwidth_Bps,
-                                         seed=seed).as_mapping()
+        base, _, suffix = name.partition("#")
+        if base in ORDER_POLICIES:
+            out[name] = compute_ordering(profile, ORDER_POLICIES[base], bandwidth_Bps=bandwidth_Bps,
+                                         seed=seed + int(suffix or 0)).as_mapping()
+    return out
+
+
+def expand_random(transfers: list[str]) -> list[str]:
+    """``random`` -> ``random#0`` .. ``random#4``: several seeded permutations, to show a spread."""
+    out = []
+    for name in transfers:
+        out.extend([f"random#{k}" for k in range(RANDOM_SEEDS)] if name == "random" else [name])
     return out
 
 
@@ -101,11 +111,23 @@ def format_ordering_summary(summary) -> str:
     return show[cols].to_string(index=False)
 
 
+def random_spread(summary) -> str | None:
+    """One line on the random orders' spread of gains, or None without them."""
+    rand = summary[summary["policy"].str.startswith("random#")]
+    if rand.empty or "mean_gain_over_http2" not in rand:
+        return None
+    gains = rand["mean_gain_over_http2"] * 100
+    return (f"random orders ({len(rand)} seeds): mean gain over http2 from {gains.min():+.1f}% to {gains.max():+.1f}% "
+            f"(median {gains.median():+.1f}%)")
+
+
 def ordering_verdict(summary, threshold: float = 0.02) -> str:
     """One sentence answering "should I enable TicTac on this job?"."""
     if "best_gain_over_http2" not in summary:
         return "no http2 baseline in this sweep: add --transfer http2 to compare orders against gRPC's default"
-    candidates = summary[summary["policy"] != "http2"].dropna(subset=["mean_gain_over_http2"])
+    # A lucky random draw is no order to enforce: only the named policies are candidates.
+    candidates = summary[(summary["policy"] != "http2") & ~summary["policy"].str.startswith("random#")]
+    candidates = candidates.dropna(subset=["mean_gain_over_http2"])
     if candidates.empty:
         return "no other order to compare"
     best = candidates.loc[candidates["mean_gain_over_http2"].idxmax()]
@@ -136,7 +158,7 @@ def run_cli(args) -> int:
     from simulate.predict import default_jobs, ordering_summary, predict
 
     profile, cluster, bandwidth = load_inputs(args)
-    transfers = [t.strip() for t in args.transfer.split(",") if t.strip()]
+    transfers = expand_random([t.strip() for t in args.transfer.split(",") if t.strip()])
     sharings = [s.strip() for s in args.sharing.split(",") if s.strip()]
     if not transfers or not sharings:
         raise UsageError("--transfer", "give at least one transfer scheduler and sharing model")
@@ -168,6 +190,10 @@ def run_cli(args) -> int:
         summary = ordering_summary(frame)
         print()
         print(format_ordering_summary(summary))
+        spread = random_spread(summary)
+        if spread:
+            print(spread)
+            extra["random_spread"] = spread
         print(ordering_verdict(summary))
         extra["orderings"] = json.loads(summary.to_json(orient="records"))
         extra["ordering_verdict"] = ordering_verdict(summary)
