@@ -28,7 +28,7 @@ from simulate.results import efficiency_one_worker, saturation_point, summarise
 
 ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
-    "step_time_s", "step_time_mean_s", "step_time_p95_s", "util_downlink", "util_uplink", "bandwidth_down_Bps",
+    "step_time_s", "step_time_mean_s", "step_time_p95_s", "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps",
     "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "sim_wall_s", "efficiency_E", "saturated",
 )
 
@@ -98,6 +98,7 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
         "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
         "seed": options["seed"], "throughput_eps": thr, "ci95_eps": ci, "step_time_s": step_time,
         "step_time_mean_s": summary.step_time_mean_s, "step_time_p95_s": summary.step_time_p95_s,
+        "step_time_by_worker_s": list(summary.step_time_by_worker_s),
         "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
         "bandwidth_down_Bps": cluster.downlink_Bps, "bandwidth_up_Bps": cluster.uplink_Bps,
         "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,
@@ -205,7 +206,10 @@ def predict(
             doubling the steps up to ``max_steps``; the ``steps`` column reports what was used.
         jobs: parallel processes.
 
-    Columns: see ``ROW_COLUMNS``; ``saturated`` marks the saturation point of each curve;
+    Columns: see ``ROW_COLUMNS``; step times are the gaps between a worker's step completions
+    over the measured window (median, mean, p95 over all workers; the median per worker in
+    ``step_time_by_worker_s``); ``util_*`` the busiest server's link utilisation per
+    direction; ``saturated`` marks the saturation point of each curve;
     ``efficiency_E`` is TicTac's scheduling efficiency of the simulated steps (W = 1 rows only).
     """
     import pandas as pd
