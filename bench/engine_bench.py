@@ -14,7 +14,6 @@ Writes ``bench/results/engine.json``. Run: ``.venv/bin/python bench/engine_bench
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time

@@ -15,7 +15,7 @@ def _pct(value) -> str:
 
 
 def format_calibration(document: dict) -> str:
-    bw, busy, spread = document["bandwidth_Bps"], document["busy_rate_Bps"], document["bandwidth_spread_Bps"]
+    bw, spread = document["bandwidth_Bps"], document["bandwidth_spread_Bps"]
     lines = []
     for d in ("downlink", "uplink"):
         lines.append(f"{d:<8} B {format_rate(bw[d])} (iperf3 median of {spread[d]['runs']}, "

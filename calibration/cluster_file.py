@@ -84,12 +84,6 @@ def load_cluster(path: str | os.PathLike) -> ClusterModel:
     return cluster_from_dict(data, str(path))
 
 
-def load_cluster_dict(path: str | os.PathLike) -> dict:
-    """The raw JSON object of a CLUSTER.json (checked to be one), for reports."""
-    load_cluster(path)
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
 def save_cluster(data: dict, path: str | os.PathLike) -> None:
     """Check ``data`` describes a valid cluster, then write it atomically."""
     cluster_from_dict(data, str(path))

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
 from tfprofile.dag import Resource
 from tfsim.fileio import write_text
 
@@ -98,11 +96,3 @@ def write_chrome_trace(run: SimRun, path: str | os.PathLike) -> None:
     """Write ``run``'s trace to ``path`` atomically."""
     write_text(path, json.dumps(chrome_trace(run), separators=(",", ":")))
 
-
-def timeline_rows(run: SimRun) -> dict[str, np.ndarray]:
-    """The recorded chunks as columns (worker, step, resource name, op name, start_s, end_s)."""
-    names = np.array(slot_names(run.graph.n_servers))
-    t = run.trace
-    return {"worker": t["worker"], "step": t["step"], "resource": names[t["slot"]],
-            "op": run.graph.names[t["op"]], "kind": run.graph.kind[t["op"]], "start_s": t["start_s"],
-            "end_s": t["end_s"]}

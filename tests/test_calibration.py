@@ -56,7 +56,6 @@ def test_replay_matches_the_engine_for_one_worker(bundled_profile):
     # The downlinks are ready at the times their PS reads end; replay them from those times.
     down = np.flatnonzero(graph.resource == 0)
     last_chunk_end = {}
-    first_start = {}
     for op, start, end, slot in zip(trace["op"], trace["start_s"], trace["end_s"], trace["slot"]):
         if slot == 0:
             last_chunk_end[op] = max(end, last_chunk_end.get(op, 0))

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfsim.errors import InputError, RunDirError, TraceFormatError
+from tfsim.errors import InputError, RunDirError
 
 from tfprofile.build import build_profile
 from tfprofile.dag import Profile, VariableTable
@@ -147,8 +147,5 @@ def profile_from_run_dir(path: str | os.PathLike) -> Profile:
         "machine": run_dir.run.get("machine"),
         "trace_files": [p.name for p in run_dir.trace_files],
     }
-    try:
-        return profile_from_traces(run_dir.trace_files, batch_size=run_dir.batch_size, variables=run_dir.variables,
-                                   step_wall_s=run_dir.wall_times_s(), meta=meta)
-    except TraceFormatError:
-        raise
+    return profile_from_traces(run_dir.trace_files, batch_size=run_dir.batch_size, variables=run_dir.variables,
+                               step_wall_s=run_dir.wall_times_s(), meta=meta)

@@ -46,8 +46,6 @@ def read_measured(path: Path, setting: str | None = None):
 def comparison_table(simulated, baselines, measured=None):
     """Wide table: one row per W, one column per method (examples/s), and the error of each
     method against the measurement where there is one."""
-    import pandas as pd
-
     wide = baselines.pivot(index="workers", columns="model", values="throughput_eps")
     wide.insert(0, "tfsim", simulated.set_index("workers")["throughput_eps"])
     if measured is not None:

@@ -54,8 +54,7 @@ def read_priority_files(profile, specs) -> dict:
         name, sep, path = text.partition("=")
         if not sep:
             name, path = Path(text).stem, text
-        ordering = read_priorities(path, profile.graph)
-        out[name] = ordering.as_mapping() if hasattr(ordering, "as_mapping") else dict(ordering)
+        out[name] = read_priorities(path, profile.graph).as_mapping()
     return out
 
 
@@ -153,8 +152,6 @@ def load_inputs(args):
 
 
 def run_cli(args) -> int:
-    import pandas as pd  # noqa: F401  (fail early and clearly if the environment lacks it)
-
     from simulate.predict import default_jobs, ordering_summary, predict
 
     profile, cluster, bandwidth = load_inputs(args)

@@ -21,7 +21,6 @@ import ctypes
 import dataclasses
 import json
 import os
-import platform
 import queue
 import shutil
 import signal

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from tfprofile.harness.launcher import CollectConfig, collect
@@ -26,6 +25,3 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
                       command_prefixes=[h.exec_prefix() for h in hosts], capture_interface="eth0")
     return out
 
-
-def lab_config(config: CollectConfig, **changes) -> CollectConfig:
-    return dataclasses.replace(config, **changes)
