@@ -29,7 +29,7 @@ from simulate.results import efficiency_one_worker, saturation_point, summarise
 ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
     "step_time_s", "step_time_mean_s", "step_time_p95_s", "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps",
-    "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "sim_wall_s", "efficiency_E", "saturated",
+    "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "efficiency_E", "saturated",
 )
 
 
@@ -102,7 +102,8 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
         "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
         "bandwidth_down_Bps": cluster.downlink_Bps, "bandwidth_up_Bps": cluster.uplink_Bps,
         "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,
-        "op_events": summary.op_events, "sim_wall_s": summary.wall_s, "efficiency_E": efficiency,
+        # No wall-clock time here: a prediction is identical for a seed, whatever the machine's load.
+        "op_events": summary.op_events, "efficiency_E": efficiency,
     }
 
 

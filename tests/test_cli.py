@@ -55,18 +55,48 @@ def test_predict_writes_json_csv_plot_and_trace(data_dir, tmp_path, capsys):
     assert any(e["ph"] == "X" for e in events) and any(e["ph"] == "s" for e in events)
 
 
-def test_predict_same_seed_same_bytes(data_dir, tmp_path, capsys):
+def test_predict_same_seed_same_bytes(data_dir, tmp_path):
+    """Outputs are byte-identical for a seed: whatever the number of jobs or PYTHONHASHSEED."""
+    import os
+    import subprocess
+    import sys
+
     outputs = []
-    for k in range(2):
+    for k, hashseed in enumerate(("0", "12345")):
         path = tmp_path / f"p{k}.json"
-        run(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "1gbit", "--workers", "1,4",
-             "--steps", "50", "--warmup", "5", "--jobs", str(k + 1), "--no-progress", "--json", path,
-             "--transfer", "http2,tic"], capsys)
-        document = json.loads(path.read_text())
-        for row in document["rows"]:
-            row.pop("sim_wall_s")
-        outputs.append(document)
+        csv_path = tmp_path / f"p{k}.csv"
+        result = subprocess.run(
+            [sys.executable, "-m", "tfsim", "predict", str(data_dir / "profiles" / "tiny.npz"), "--bandwidth", "1gbit",
+             "--workers", "1,4", "--steps", "50", "--warmup", "5", "--jobs", str(k + 1), "--no-progress",
+             "--json", str(path), "--csv", str(csv_path), "--transfer", "http2,tic"],
+            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": hashseed})
+        assert result.returncode == 0, result.stderr
+        outputs.append((path.read_bytes(), csv_path.read_bytes()))
     assert outputs[0] == outputs[1]
+
+
+def test_atomic_output_survives_a_killed_writer(tmp_path):
+    """A writer killed in the middle leaves the previous file whole."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"previous")
+    code = (
+        "import sys, time\n"
+        "from tfsim.fileio import atomic_output\n"
+        "with atomic_output(sys.argv[1], 'wb') as h:\n"
+        "    h.write(b'x' * 1000); h.flush(); print('writing', flush=True); time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert target.read_bytes() == b"previous"
+    time.sleep(0.1)
+    assert [p.name for p in tmp_path.iterdir() if p.name != "out.bin"]  # the temporary file, never renamed
 
 
 @pytest.mark.parametrize("args, message", [
