@@ -29,7 +29,7 @@ workflow:
   tfsim predict   simulate the job on W workers and M servers: throughput table and plot
   tfsim compare   the simulation beside the coarse analytical baselines (and measurements)
   tfsim lab       measure real W-worker throughput on emulated clusters; publish the error
-  tfsim demo      all of the above on the bundled real data, in one command
+  tfsim demo      summary, prediction, orderings and baselines on the bundled real data
 """
 
 
