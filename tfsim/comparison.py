@@ -56,21 +56,14 @@ def comparison_table(simulated, baselines, measured=None):
 
 
 def run_cli(args) -> int:
-    from calibration.cluster_file import load_cluster
-    from simulate.cluster import ClusterModel
     from simulate.compare import baselines
     from simulate.predict import default_jobs, parse_workers, predict
     from tfprofile.profile_io import load_profile
     from tfsim.plots import save_figure, throughput_figure
-    from tfsim.units import parse_rate
+    from tfsim.prediction import resolve_cluster
 
     profile = load_profile(args.profile)
-    bandwidth = parse_rate(args.bandwidth) if args.bandwidth else None
-    if args.cluster is None and bandwidth is None:
-        raise InputError("--cluster", "give a calibrated cluster (--cluster CLUSTER.json) or a --bandwidth")
-    cluster = load_cluster(args.cluster) if args.cluster else ClusterModel.from_bandwidth(bandwidth)
-    if args.cluster and bandwidth:
-        cluster = cluster.with_bandwidth(bandwidth, cluster.uplink_Bps * bandwidth / cluster.downlink_Bps)
+    cluster = resolve_cluster(args.cluster, args.bandwidth)
     workers = parse_workers(args.workers)
     measured = read_measured(args.measured, args.setting) if args.measured else None
     simulated = predict(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,

@@ -138,45 +138,45 @@ def ordering_verdict(summary, threshold: float = 0.02) -> str:
             f"(best: {best['policy']}, {best['mean_gain_over_http2'] * 100:+.1f}%): not worth enforcing")
 
 
-def load_inputs(args):
-    """Profile and cluster from the command line (``--cluster`` and/or ``--bandwidth``)."""
+def resolve_cluster(cluster_path, bandwidth_text):
+    """The cluster to predict for: a CLUSTER.json, rescaled to ``bandwidth_text`` if given (a
+    what-if), or, without one, a bandwidth-only cluster (with a warning that it is uncalibrated)."""
     from calibration.cluster_file import load_cluster
-    from tfprofile.profile_io import load_profile
+    from simulate.cluster import ClusterModel
 
-    profile = load_profile(args.profile)
-    bandwidth = parse_rate(args.bandwidth) if args.bandwidth else None
-    if args.cluster is None and bandwidth is None:
-        raise UsageError("--cluster", "give a calibrated cluster (--cluster CLUSTER.json) or a --bandwidth")
-    cluster = load_cluster(args.cluster) if args.cluster is not None else None
-    return profile, cluster, bandwidth
+    bandwidth = parse_rate(bandwidth_text) if bandwidth_text else None
+    if cluster_path is None:
+        if bandwidth is None:
+            raise UsageError("--cluster", "give a calibrated cluster (--cluster CLUSTER.json) or a --bandwidth")
+        warnings.warn(TfsimWarning(None, "no calibration: parsing overhead 0 and an unlimited HTTP/2 window "
+                                         "assumed"), stacklevel=2)
+        return ClusterModel.from_bandwidth(bandwidth)
+    cluster = load_cluster(cluster_path)
+    if bandwidth is not None:
+        cluster = cluster.with_bandwidth(bandwidth, cluster.uplink_Bps * bandwidth / cluster.downlink_Bps)
+    return cluster
 
 
 def run_cli(args) -> int:
     from simulate.predict import default_jobs, ordering_summary, predict
+    from tfprofile.profile_io import load_profile
 
-    profile, cluster, bandwidth = load_inputs(args)
+    profile = load_profile(args.profile)
+    effective = resolve_cluster(args.cluster, args.bandwidth)
     transfers = expand_random([t.strip() for t in args.transfer.split(",") if t.strip()])
     sharings = [s.strip() for s in args.sharing.split(",") if s.strip()]
     if not transfers or not sharings:
         raise UsageError("--transfer", "give at least one transfer scheduler and sharing model")
-    link_Bps = bandwidth or (cluster.downlink_Bps if cluster else None)
     priorities = read_priority_files(profile, args.priorities)
     priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
-                                          bandwidth_Bps=link_Bps, seed=args.seed))
+                                          bandwidth_Bps=effective.downlink_Bps, seed=args.seed))
     flow_cap = parse_rate(args.flow_cap, "--flow-cap") if args.flow_cap else None
     frame = predict(
-        profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
-        transfer=transfers, priorities=priorities, bandwidth_Bps=bandwidth, steps=args.steps, warmup=args.warmup,
+        profile, effective, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
+        transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup,
         seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target,
         jobs=args.jobs or default_jobs(), progress=not args.no_progress,
     )
-    effective = cluster if cluster is not None else None
-    if effective is None:
-        from simulate.cluster import ClusterModel
-
-        effective = ClusterModel.from_bandwidth(bandwidth)
-    elif bandwidth is not None:
-        effective = effective.with_bandwidth(bandwidth, effective.uplink_Bps * bandwidth / effective.downlink_Bps)
     model = profile.meta.get("model") or Path(args.profile).stem
     print(f"{model}, batch {profile.batch_size}: downlink {format_rate(effective.downlink_Bps)}, "
           f"uplink {format_rate(effective.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
