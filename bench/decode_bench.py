@@ -18,10 +18,8 @@ import itertools
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,6 +30,7 @@ from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapWriter, iter_packets  # noqa: E402
 from tfsim.fileio import write_json  # noqa: E402
 from tfsim.machine import cpu_model  # noqa: E402
+from timing import time_calls  # noqa: E402
 
 CAPTURES = ROOT / "data" / "captures"
 SCAPY_SAMPLE = 5_000  # scapy's dissectors take ~1 ms a packet: time a sample
@@ -62,13 +61,8 @@ def run_dir_of(capture: Path) -> Path | None:
 
 
 def _seconds(function, repeat: int) -> dict[str, float]:
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        runs.append(time.perf_counter() - start)
-    return {"best_s": min(runs), "median_s": statistics.median(runs)}
-
+    best, median = time_calls(function, repeat)
+    return {"best_s": best, "median_s": median}
 
 def _rate(times: dict[str, float], megabytes: float) -> dict[str, float]:
     return {**times, "mb_per_s_best": megabytes / times["best_s"], "mb_per_s_median": megabytes / times["median_s"]}

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,19 +24,15 @@ from tfprofile import tictac  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
 from tfsim.fileio import write_json  # noqa: E402
 from tfsim.machine import cpu_model  # noqa: E402
+from timing import time_calls  # noqa: E402
 
 DEFAULT_PROFILES = ("inception3", "resnet50")
 BANDWIDTH_BPS = 1.25e9  # 10 Gbit/s, a typical cluster link
 
 
 def _seconds(function, repeat: int) -> dict[str, float]:
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        runs.append(time.perf_counter() - start)
-    return {"best": min(runs), "median": statistics.median(runs)}
-
+    best, median = time_calls(function, repeat)
+    return {"best": best, "median": median}
 
 def machine() -> dict[str, object]:
     return {"cpu": cpu_model(), "cpus": os.cpu_count(), "system": platform.platform(),

@@ -14,13 +14,26 @@ import math
 from tfsim.errors import UsageError
 
 
-def _check_rate(value: float, option: str) -> float:
+def _number(value, option: str) -> float:
     try:
-        value = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise UsageError(option, f"{value!r} is not a number") from None
+
+
+def check_rate(value, option: str) -> float:
+    """``value`` as a positive, finite bandwidth, or a UsageError naming ``option``."""
+    value = _number(value, option)
     if not (value > 0 and math.isfinite(value)):
         raise UsageError(option, f"bandwidth must be positive and finite, not {value}")
+    return value
+
+
+def check_non_negative(value, option: str) -> float:
+    """``value`` as a finite, non-negative number, or a UsageError naming ``option``."""
+    value = _number(value, option)
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(option, f"must be finite and non-negative, not {value}")
     return value
 
 
@@ -33,9 +46,7 @@ class Overhead:
 
     def __post_init__(self) -> None:
         for name in ("alpha_s_per_byte", "beta_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise UsageError(name, f"must be finite and non-negative, not {value}")
+            check_non_negative(getattr(self, name), name)
 
     def seconds(self, size_bytes):
         return self.alpha_s_per_byte * size_bytes + self.beta_s
@@ -80,8 +91,8 @@ class ClusterModel:
     source: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "downlink_Bps", _check_rate(self.downlink_Bps, "--bandwidth"))
-        object.__setattr__(self, "uplink_Bps", _check_rate(self.uplink_Bps, "--bandwidth"))
+        object.__setattr__(self, "downlink_Bps", check_rate(self.downlink_Bps, "--bandwidth"))
+        object.__setattr__(self, "uplink_Bps", check_rate(self.uplink_Bps, "--bandwidth"))
         if not (self.win_bytes > 0):
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
 

@@ -77,12 +77,6 @@ def slot_names(n_servers: int) -> list[str]:
             + ["PARSE"] + [f"PS{suffix(m)} PARSE" for m in range(n_servers)])
 
 
-def slot_label(slot: int, n_servers: int) -> str:
-    """Name of any slot, delay slots included."""
-    names = slot_names(n_servers)
-    return names[slot] if slot < len(names) else "PARSE DELAY"
-
-
 def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> dict:
     """Everything :func:`simulate.kernel.run_kernel` takes, as named arrays."""
     M = graph.n_servers

@@ -56,6 +56,7 @@ from tfprofile.dag import OpGraph, Profile, Resource
 from tfsim.errors import UsageError
 
 from simulate import analytic
+from simulate.cluster import check_non_negative, check_rate
 
 BACKWARD_SCOPE = re.compile(r"^(gradients|gradient_tape)(_\d+)?$")
 """A name component that marks an op as part of the backward pass."""
@@ -145,26 +146,6 @@ def forward_mask(graph: OpGraph) -> np.ndarray:
     return (graph.resource == Resource.WORKER) & ~backward_mask(graph)
 
 
-def _rate(name: str, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(name, f"{value!r} is not a number") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise UsageError(name, f"bandwidth must be positive and finite, not {value}")
-    return value
-
-
-def _overhead(name: str, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise UsageError(name, f"{value!r} is not a number") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise UsageError(name, f"must be finite and non-negative, not {value}")
-    return value
-
-
 def estimate_parameters(profile: Profile, *, bandwidth_down_Bps: float, bandwidth_up_Bps: float,
                         alpha_s_per_byte: float = 0.0, beta_s: float = 0.0) -> CoarseParameters:
     """Estimate the coarse models' parameters from a profile (see the module docstring).
@@ -183,10 +164,10 @@ def estimate_parameters(profile: Profile, *, bandwidth_down_Bps: float, bandwidt
             a profile with WORKER computation but no backward op by the naming rule
             (forward and backward could not be told apart).
     """
-    down_Bps = _rate("bandwidth_down_Bps", bandwidth_down_Bps)
-    up_Bps = _rate("bandwidth_up_Bps", bandwidth_up_Bps)
-    alpha = _overhead("alpha_s_per_byte", alpha_s_per_byte)
-    beta = _overhead("beta_s", beta_s)
+    down_Bps = check_rate(bandwidth_down_Bps, "bandwidth_down_Bps")
+    up_Bps = check_rate(bandwidth_up_Bps, "bandwidth_up_Bps")
+    alpha = check_non_negative(alpha_s_per_byte, "alpha_s_per_byte")
+    beta = check_non_negative(beta_s, "beta_s")
     graph = profile.graph
     backward = backward_mask(graph)
     forward = forward_mask(graph)

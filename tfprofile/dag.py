@@ -173,9 +173,6 @@ class OpGraph:
     def n_servers(self) -> int:
         return int(self.server.max()) + 1 if self.n_ops and self.server.max() >= 0 else 0
 
-    def mask(self, resource: Resource) -> np.ndarray:
-        return self.resource == resource
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class VariableTable:

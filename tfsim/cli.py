@@ -171,6 +171,25 @@ def _run_calibrate(args) -> int:
     return run_cli(args)
 
 
+def _add_cluster_options(p) -> None:
+    """--cluster/--bandwidth/--workers/--cores, as predict and compare take them."""
+    p.add_argument("--cluster", type=Path, metavar="CLUSTER.json", help="calibrated cluster (tfsim calibrate)")
+    p.add_argument("--bandwidth", metavar="RATE",
+                   help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
+                        "so); with --cluster: a what-if at this bandwidth")
+    p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
+
+
+def _add_output_options(p) -> None:
+    """--jobs and the table, plot and progress options of predict and compare."""
+    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="write the table as JSON")
+    p.add_argument("--csv", type=Path, metavar="OUT.csv", help="write the table as CSV")
+    p.add_argument("--plot", type=Path, metavar="OUT.png", help="plot throughput against W")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
 # ---------------------------------------------------------------------------- predict
 
 def _add_predict(sub) -> None:
@@ -183,11 +202,7 @@ def _add_predict(sub) -> None:
                "1,2,4,8; --transfer http2,fifo; --sharing ps,fcfs.",
     )
     p.add_argument("profile", type=Path, metavar="PROFILE")
-    p.add_argument("--cluster", type=Path, metavar="CLUSTER.json", help="calibrated cluster (tfsim calibrate)")
-    p.add_argument("--bandwidth", metavar="RATE",
-                   help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
-                        "so); with --cluster: a what-if at this bandwidth")
-    p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    _add_cluster_options(p)
     p.add_argument("--ps", dest="servers", type=positive_int, metavar="M",
                    help="re-partition the variables over M parameter servers with TensorFlow's greedy rule "
                         "(default: as profiled)")
@@ -199,21 +214,16 @@ def _add_predict(sub) -> None:
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")
     p.add_argument("--flow-cap", metavar="RATE", help="per-flow cap for --sharing flow_cap")
-    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
     p.add_argument("--steps", type=positive_int, default=1000, help="steps per worker (default: 1000)")
     p.add_argument("--warmup", type=non_negative_int, default=50, help="steps dropped per worker (default: 50)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--ci-target", type=float, metavar="F",
                    help="double the steps until the 95%% half-width is below F x throughput")
-    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
-    p.add_argument("--json", type=Path, metavar="OUT.json", help="write the table as tfsim.prediction/1 JSON")
-    p.add_argument("--csv", type=Path, metavar="OUT.csv", help="write the table as CSV")
-    p.add_argument("--plot", type=Path, metavar="OUT.png", help="plot throughput against W")
     p.add_argument("--trace-out", type=Path, metavar="OUT.json",
                    help="write a Chrome trace (Perfetto, chrome://tracing) of a simulated run")
     p.add_argument("--trace-workers", type=positive_int, help="workers in the traced run (default: the largest W)")
     p.add_argument("--trace-steps", type=positive_int, default=3, help="steps per worker in the trace (default: 3)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_output_options(p)
     p.set_defaults(handler=_run_predict)
 
 
@@ -235,19 +245,12 @@ def _add_compare(sub) -> None:
                     "results.csv).",
     )
     p.add_argument("profile", type=Path, metavar="PROFILE")
-    p.add_argument("--cluster", type=Path, metavar="CLUSTER.json")
-    p.add_argument("--bandwidth", metavar="RATE", help="without --cluster: uncalibrated; with: a what-if")
-    p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    _add_cluster_options(p)
     p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"))
     p.add_argument("--measured", type=Path, metavar="LAB.csv", help="measured throughput (workers, measured_eps)")
     p.add_argument("--setting", help="which setting of a lab results.csv with several")
-    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores")
     p.add_argument("--steps", type=positive_int, default=600, help="simulated steps per worker (default: 600)")
-    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
-    p.add_argument("--json", type=Path, metavar="OUT.json")
-    p.add_argument("--csv", type=Path, metavar="OUT.csv")
-    p.add_argument("--plot", type=Path, metavar="OUT.png")
-    p.add_argument("--no-progress", action="store_true")
+    _add_output_options(p)
     p.set_defaults(handler=_run_compare)
 
 

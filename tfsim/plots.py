@@ -1,7 +1,7 @@
 """Figures: throughput against the number of workers, like ICPE Figs. 13-14.
 
 Figures are drawn with matplotlib's Agg backend (no display needed) and written
-atomically; ``figure_png`` returns the PNG bytes for embedding in a report.
+atomically.
 """
 
 from __future__ import annotations
@@ -68,15 +68,6 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
-
-
-def figure_png(fig) -> bytes:
-    """The figure as PNG bytes (and closes it)."""
-    plt = pyplot()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", metadata={"Software": None})
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 def save_figure(fig, path: str | os.PathLike) -> None:
