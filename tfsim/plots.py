@@ -76,7 +76,7 @@ def save_figure(fig, path: str | os.PathLike) -> None:
     buffer = io.BytesIO()
     fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
     fmt = fmt if fmt in ("png", "svg", "pdf") else "png"
-    metadata = {"Software": None} if fmt == "png" else ({"Date": None} if fmt in ("svg", "pdf") else None)
+    metadata = {"Software": None} if fmt == "png" else {"Date": None}  # no timestamps: same bytes every run
     fig.savefig(buffer, format=fmt, metadata=metadata)
     plt.close(fig)
     write_bytes(path, buffer.getvalue())
