@@ -19,6 +19,7 @@ import contextlib
 import csv
 import ctypes
 import dataclasses
+import errno
 import json
 import os
 import queue
@@ -230,10 +231,10 @@ def collect(
     capture_record = None
     try:
         chief_k = config.ps_tasks
-        if config.capture:
+        if config.capture:  # tcpdump first, so that a capture that cannot start fails before iperf3 runs
+            tcpdump = Tcpdump.start(partial / "capture.pcap", capture_interface, ports, prefix=prefixes[chief_k])
             measure_bandwidth(partial, hosts[0], repeats=config.iperf_repeats, seconds=config.iperf_seconds,
                               server_prefix=prefixes[0], client_prefix=prefixes[chief_k])
-            tcpdump = Tcpdump.start(partial / "capture.pcap", capture_interface, ports, prefix=prefixes[chief_k])
         roles = [("ps", i) for i in range(config.ps_tasks)] + [("worker", i) for i in range(config.workers)]
         for k, (role, index) in enumerate(roles):
             spec_path = partial / "logs" / f"{role}{index}.spec.json"
@@ -280,7 +281,10 @@ def collect(
             failed = [t for t in tasks if t.process.poll() not in (None, 0)]
             if failed:
                 t = failed[0]
-                raise CollectError(f"task {t.label} exited with status {t.process.returncode}: "
+                if _no_space_left(partial, t):
+                    raise CollectError(f"no space left on {_mount_point(partial)}: task {t.label} "
+                                       f"{_exit_text(t.process.returncode)} (log: {t.log_path})")
+                raise CollectError(f"task {t.label} {_exit_text(t.process.returncode)}: "
                                    f"{t.last_error_line()} (log: {t.log_path})")
             workers_done = all(t.process.poll() == 0 for t in tasks if t.role == "worker")
             if workers_done and finished:
@@ -313,6 +317,11 @@ def collect(
             shutil.rmtree(out)
         os.replace(partial, out)
         return out
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise CollectError(f"no space left on {_mount_point(partial)} (writing {exc.filename or partial}); "
+                               f"the unfinished run is {partial}") from None
+        raise
     finally:
         if bar is not None:
             bar.close()
@@ -320,6 +329,35 @@ def collect(
             t.stop()
         if tcpdump is not None:
             tcpdump.stop()
+
+
+def _exit_text(returncode: int) -> str:
+    """How a task ended, in words: ``exited with status 1`` or ``was killed by SIGKILL``."""
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with status {returncode}"
+
+
+def _mount_point(path: Path) -> Path:
+    """The mount point of the file system that holds ``path``."""
+    path = path.resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _no_space_left(run_dir: Path, task: _Task, free_floor_bytes: int = 1 << 20) -> bool:
+    """Whether ``task`` most likely failed for want of disk space: its log says so, or the run
+    directory's file system has less than ``free_floor_bytes`` left (a full disk also eats the log)."""
+    with contextlib.suppress(OSError):
+        if "No space left on device" in task.log_path.read_text(errors="replace"):
+            return True
+    try:
+        stats = os.statvfs(run_dir)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < free_floor_bytes
 
 
 def _merge_step_times(run_dir: Path, workers: int) -> None:
