@@ -48,6 +48,12 @@ class UsageError(InputError):
     """A command-line option or API argument out of its valid range."""
 
 
+class ClusterError(InputError):
+    """A multi-host job that cannot run as given: a bad TF_CONFIG or cluster spec, a task
+    outside the cluster, an unreachable task, tasks that disagree, or a capture that saw none
+    of the job's traffic. ``source`` names the task (``worker0``, ``ps1``)."""
+
+
 class CollectError(TfsimError):
     """A profiling run that failed: a task died, timed out, or was interrupted."""
 

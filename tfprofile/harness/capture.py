@@ -57,10 +57,11 @@ class Tcpdump:
 
     @classmethod
     def start(cls, path: Path, interface: str, ports: Sequence[int], prefix: Sequence[str] = (),
-              timeout_s: float = 10.0) -> "Tcpdump":
+              timeout_s: float = 10.0, filter_text: str | None = None) -> "Tcpdump":
+        """Capture on ``interface`` with :func:`capture_filter` of ``ports``, or ``filter_text``."""
         log_path = path.with_suffix(".tcpdump.log")
         argv = [*prefix, "tcpdump", "-i", interface, "-B", "262144", "-s", "0", "-U", "-w", str(path),
-                capture_filter(ports)]
+                filter_text or capture_filter(ports)]
         log = open(log_path, "w")
         try:
             process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
@@ -150,4 +151,101 @@ def measure_bandwidth(out_dir: Path, server_host: str, *, repeats: int = 3, seco
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
+    return paths
+
+
+def host_port_filter(pairs: Sequence[tuple[str, int]]) -> str:
+    """BPF filter for TCP traffic with the given ``(host, port)`` endpoints.
+
+    A chief worker's traffic with PS ``p`` runs over two connections (each side is a gRPC
+    client of the other): one to the PS's port, one from the PS to the worker's own port. Pass
+    both pairs, ``(ps_host, ps_port)`` and ``(ps_host, worker_port)``.
+    """
+    terms = [f"(host {host} and port {int(port)})" for host, port in dict.fromkeys(pairs)]
+    return "tcp and (" + " or ".join(terms) + ")"
+
+
+def interface_towards(ip: str) -> str:
+    """The network interface this host uses to reach ``ip`` (``ip route get``)."""
+    try:
+        result = subprocess.run(["ip", "route", "get", ip], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError("--capture-interface", f"cannot find the interface towards {ip} ({exc}); give it") from None
+    match = re.search(r"\bdev (\S+)", result.stdout)
+    if result.returncode != 0 or match is None:
+        raise UsageError("--capture-interface", f"no route to {ip} ({result.stderr.strip() or 'ip route get'}); "
+                                                "give the interface")
+    return match.group(1)
+
+
+@dataclasses.dataclass
+class IperfServer:
+    """A persistent ``iperf3 -s`` on a PS host, serving the chief's measurements one by one."""
+
+    process: subprocess.Popen
+
+    @classmethod
+    def start(cls, port: int = IPERF_PORT, settle_s: float = 0.5) -> "IperfServer":
+        require_tools("iperf3")
+        try:
+            process = subprocess.Popen(["iperf3", "-s", "-p", str(int(port))], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as exc:
+            raise CollectError(f"cannot start the iperf3 server: {exc}") from None
+        time.sleep(settle_s)
+        if process.poll() is not None:
+            message = (process.stderr.read() or "").strip().splitlines()
+            raise UsageError("--iperf-server", f"iperf3 -s -p {port} stopped at once: "
+                                               f"{message[-1] if message else 'no message'} (port in use?)")
+        return cls(process)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+
+
+_RETRYABLE = ("Connection refused", "server is busy", "No route to host", "unable to connect")
+
+
+def _iperf_once(host: str, port: int, seconds: float, extra: Sequence[str], deadline: float) -> str:
+    """One ``iperf3 -J`` client run, retried while the server is not (yet) there, until ``deadline``."""
+    while True:
+        result = subprocess.run(["iperf3", "-c", host, "-p", str(port), "-J", "-t", str(seconds),
+                                 "--connect-timeout", "3000", *extra], capture_output=True, text=True,
+                                timeout=seconds + 60)
+        try:
+            error = json.loads(result.stdout).get("error")
+        except json.JSONDecodeError:
+            error = result.stderr.strip() or "no JSON output"
+        if not error:
+            return result.stdout
+        if not any(text in error for text in _RETRYABLE) or time.monotonic() > deadline:
+            raise CollectError(f"iperf3 to {host}:{port} failed: {error}")
+        time.sleep(0.5)
+
+
+def measure_bandwidth_to(out_dir: Path, host: str, *, name: str = "", repeats: int = 3, seconds: float = 3.0,
+                         port: int = IPERF_PORT, connect_timeout_s: float = 30.0) -> list[Path]:
+    """``iperf3 -J`` from this host to the iperf3 server already running on ``host``:
+    uplink plain, downlink with ``-R``.
+
+    Writes ``out_dir/iperf3/{uplink,downlink}_{name}K.json`` (``name`` e.g. ``"ps1_"``;
+    empty for PS 0, the layout ``tfsim calibrate`` reads) and returns the paths. Waits up
+    to ``connect_timeout_s`` for the server to answer.
+    """
+    target = out_dir / "iperf3"
+    target.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + connect_timeout_s
+    paths = []
+    for k in range(repeats):
+        for direction, extra in (("uplink", []), ("downlink", ["-R"])):
+            path = target / f"{direction}_{name}{k}.json"
+            path.write_text(_iperf_once(host, port, seconds, extra, deadline))
+            paths.append(path)
     return paths

@@ -379,7 +379,8 @@ def _merge_step_times(run_dir: Path, workers: int) -> None:
 
 
 def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_size: int, wall_s: float,
-                    capture: dict | None = None) -> None:
+                    capture: dict | None = None, extra: dict | None = None) -> None:
+    """Merge the step times and write ``run.json`` (with ``extra``'s keys added)."""
     _merge_step_times(run_dir, config.workers)
     versions_path = run_dir / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.exists() else {}
@@ -403,4 +404,5 @@ def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_s
         "iperf3": sorted(p.name for p in (run_dir / "iperf3").glob("*.json")) if (run_dir / "iperf3").is_dir() else [],
         "wall_time_s": round(wall_s, 3),
         "created_unix_s": round(time.time(), 3),
+        **(extra or {}),
     })

@@ -1,0 +1,329 @@
+"""One task of a multi-host job: ``tfsim collect --role ps|worker --task-index I``.
+
+Each host runs one ``tfsim collect`` per task, with the cluster from ``TF_CONFIG`` or
+``--cluster-spec`` (:mod:`tfprofile.harness.tfconfig`). The process starts its task
+(``python -m tfprofile.harness.task``, as the single-host launcher does) and watches it:
+
+- a **PS** serves until every worker has reported done, then exits 0; with
+  ``iperf_server`` an ``iperf3 -s`` runs beside it for the chief's measurements;
+- a **worker** first waits until every PS's gRPC port answers (``connect_timeout_s``), then
+  trains; the tasks check that they run the same model and options before the first step;
+- the **chief** (worker 0) also measures each PS host's link with ``iperf3 -J`` (``iperf``),
+  captures its traffic with every PS (``config.capture``), and alone writes the run
+  directory, whose ``run.json`` records the cluster spec, the hosts and the placement.
+
+Bad input (:class:`~tfsim.errors.ClusterError`, exit status 2) names the task; a task that
+fails otherwise raises :class:`~tfsim.errors.CollectError`. This module does not import
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tfsim.errors import ClusterError, CollectError, UsageError
+
+from tfprofile.harness.capture import (IPERF_PORT, IperfServer, Tcpdump, gzip_file, host_port_filter,
+                                       interface_towards, measure_bandwidth_to, require_root, require_tools)
+from tfprofile.harness.launcher import (INCOMPLETE_SUFFIX, CollectConfig, _die_with_parent, _finish_run_dir,
+                                        _read_lines, _Task, _task_command)
+from tfprofile.harness.task import PROGRESS_PREFIX
+from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
+
+AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes", "steps", "warmup_steps",
+                  "trace_every", "placement", "learning_rate", "zero_init")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleOptions:
+    """Where this task sits in the job and what it does beside training."""
+
+    task: TaskId
+    cluster: ClusterSpec
+    cluster_source: str = "TF_CONFIG"
+    connect_timeout_s: float = 30.0
+    iperf: bool = False
+    iperf_server: bool = False
+    iperf_port: int = IPERF_PORT
+    capture_interface: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.connect_timeout_s > 0:
+            raise UsageError("--connect-timeout", f"must be positive, not {self.connect_timeout_s}")
+        if not 0 < self.iperf_port < 65536:
+            raise UsageError("--iperf-port", f"must be a TCP port, not {self.iperf_port}")
+        if self.iperf_server and self.task.role != "ps":
+            raise UsageError("--iperf-server", f"runs on a PS task, not on {self.task.label}")
+        if self.capture_interface is not None and not self.task.is_chief:
+            raise UsageError("--capture-interface", f"the capture runs on the chief (worker 0), not on {self.task.label}")
+        if self.iperf and not self.task.is_chief:
+            raise UsageError("--iperf", f"runs on the chief (worker 0), not on {self.task.label}")
+
+
+def agreement_options(config: CollectConfig) -> dict:
+    """The run options every task of a job must share."""
+    return {name: getattr(config, name) for name in AGREED_OPTIONS}
+
+
+def _spec(config: CollectConfig, role: RoleOptions, out_dir: Path) -> dict:
+    return {
+        "cluster": role.cluster.as_dict(), "model": config.model, "model_fn": config.model_fn,
+        "batch_size": config.batch_size, "image_size": config.image_size, "num_classes": config.num_classes,
+        "steps": config.steps, "warmup_steps": config.warmup_steps, "trace_every": config.trace_every,
+        "workers": len(role.cluster.worker), "placement": config.placement,
+        "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
+        "learning_rate": config.learning_rate, "out_dir": str(out_dir.resolve()), "zero_init": config.zero_init,
+        "role": role.task.role, "task_index": role.task.index, "agreement": agreement_options(config),
+        "startup_timeout_s": config.startup_timeout_s, "timeout_s": config.timeout_s,
+    }
+
+
+def _task_env(config: CollectConfig) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
+    env.pop("TF_CONFIG", None)  # the task's cluster is in its spec; TF must not read a second one
+    project_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [project_root, env.get("PYTHONPATH", "")]))
+    return env
+
+
+def wait_reachable(role: RoleOptions) -> None:
+    """Wait until every PS task's gRPC port accepts a TCP connection, or fail after
+    ``connect_timeout_s`` naming the PS that did not answer."""
+    deadline = time.monotonic() + role.connect_timeout_s
+    for p, address in enumerate(role.cluster.ps):
+        host, port = split_address(address)
+        while True:
+            try:
+                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ClusterError(role.task.label, f"ps{p} at {address} is unreachable ({exc.strerror or exc}) "
+                                                        f"after {role.connect_timeout_s:g} s (--connect-timeout): "
+                                                        f"is its task started and TCP port {port} open?") from None
+                time.sleep(0.25)
+
+
+@dataclasses.dataclass
+class _Watch:
+    """What the task reported so far on its progress channel."""
+
+    steps: int = 0
+    finished: bool = False
+    batch_size: int = 0
+    error: dict | None = None
+
+
+def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) -> tuple[_Task, queue.Queue]:
+    label = role.task.label
+    spec_path = work / "logs" / f"{label}.spec.json"
+    spec_path.write_text(json.dumps(_spec(config, role, out_dir), indent=2))
+    log_path = work / "logs" / f"{label}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(_task_command(spec_path, []), env=_task_env(config), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
+    return _Task(role.task.role, role.task.index, proc, log_path), lines
+
+
+def _watch(task: _Task, lines: queue.Queue, config: CollectConfig, bar=None) -> _Watch:
+    """Follow the task until it exits; enforce the startup and run timeouts."""
+    state, started, ended = _Watch(), time.monotonic(), False
+    while True:
+        try:
+            line = lines.get(timeout=0.2)
+        except queue.Empty:
+            line = ""
+        if line is None:
+            ended = True
+        elif line.startswith(PROGRESS_PREFIX):
+            _apply(state, json.loads(line[len(PROGRESS_PREFIX):]), bar)
+        code = task.process.poll()
+        if code is not None and ended:
+            break
+        elapsed = time.monotonic() - started
+        if task.role == "worker" and state.steps == 0 and elapsed > config.startup_timeout_s:
+            raise CollectError(f"{task.label}: no training step within {config.startup_timeout_s:.0f} s: the tasks "
+                               f"could not start or reach each other (log: {task.log_path})")
+        if elapsed > config.timeout_s:
+            raise CollectError(f"{task.label}: did not finish within {config.timeout_s:.0f} s (--timeout); "
+                               f"log: {task.log_path}")
+    if state.error is not None:
+        raise ClusterError(None, state.error["message"])
+    if task.process.returncode != 0:
+        raise CollectError(f"task {task.label} exited with status {task.process.returncode}: "
+                           f"{task.last_error_line()} (log: {task.log_path})")
+    return state
+
+
+def _apply(state: _Watch, event: dict, bar) -> None:
+    if event["kind"] == "step":
+        state.steps = event["step"]
+        if bar is not None:
+            bar.update(event["step"] - bar.n)
+            bar.set_postfix(step_s=f"{event['wall_s']:.3f}", traced=event["traced"])
+    elif event["kind"] == "finished":
+        state.finished, state.batch_size = True, event["batch_size"]
+    elif event["kind"] == "error":
+        state.error = event
+
+
+def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
+             overwrite: bool = False) -> Path | None:
+    """Run this host's task of the job; return the run directory (the chief) or ``None``."""
+    if role.task.is_chief:
+        return _run_chief(config, role, progress=progress, overwrite=overwrite)
+    if config.capture:
+        raise UsageError("--capture", f"the capture runs on the chief (worker 0), not on {role.task.label}")
+    if role.task.role == "worker":
+        wait_reachable(role)
+    work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
+    (work / "logs").mkdir()
+    server = IperfServer.start(role.iperf_port) if role.iperf_server else None
+    task = None
+    try:
+        task, lines = _start_task(config, role, work, work)
+        _watch(task, lines, config)
+    finally:
+        if task is not None:
+            task.stop()
+        if server is not None:
+            server.stop()
+    shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
+    return None
+
+
+def _ps_hosts(cluster: ClusterSpec) -> dict[str, list[int]]:
+    """Each distinct PS host (resolved) and the PS tasks on it, in PS order."""
+    hosts: dict[str, list[int]] = {}
+    for p, address in enumerate(cluster.resolved().ps):
+        hosts.setdefault(split_address(address)[0], []).append(p)
+    return hosts
+
+
+def _measure_links(config: CollectConfig, role: RoleOptions, run_dir: Path) -> list[dict]:
+    """iperf3 from the chief to every PS host; PS 0's host in the layout calibrate reads."""
+    links = []
+    for host, tasks in _ps_hosts(role.cluster).items():
+        name = "" if tasks[0] == 0 else f"ps{tasks[0]}_"
+        paths = measure_bandwidth_to(run_dir, host, name=name, repeats=config.iperf_repeats,
+                                     seconds=config.iperf_seconds, port=role.iperf_port,
+                                     connect_timeout_s=role.connect_timeout_s)
+        links.append({"host": host, "ps_tasks": tasks, "files": [p.name for p in paths]})
+    return links
+
+
+def _capture_pairs(role: RoleOptions) -> list[tuple[str, int]]:
+    resolved = role.cluster.resolved()
+    chief_port = split_address(resolved.worker[0])[1]
+    pairs = []
+    for address in resolved.ps:
+        host, port = split_address(address)
+        pairs += [(host, port), (host, chief_port)]
+    return pairs
+
+
+def _start_capture(role: RoleOptions, run_dir: Path) -> tuple[Tcpdump, dict]:
+    first_ps = split_address(role.cluster.resolved().ps[0])[0]
+    interface = role.capture_interface or interface_towards(first_ps)
+    bpf = host_port_filter(_capture_pairs(role))
+    tcpdump = Tcpdump.start(run_dir / "capture.pcap", interface, [], filter_text=bpf)
+    return tcpdump, {"interface": interface, "filter": bpf}
+
+
+def _stop_capture(tcpdump: Tcpdump, record: dict, role: RoleOptions, run_dir: Path) -> dict:
+    counts = tcpdump.stop()
+    (run_dir / "capture.tcpdump.log").unlink(missing_ok=True)
+    pcap = run_dir / "capture.pcap"
+    if counts.get("captured", 0) == 0 or pcap.stat().st_size <= 24:
+        raise ClusterError(role.task.label, f"the capture on interface {record['interface']} saw no traffic with "
+                                            f"the PS tasks ({record['filter']}): give the interface that carries it "
+                                            "(--capture-interface)")
+    return {"file": gzip_file(pcap).name, **record, **counts}
+
+
+def _placement_record(config: CollectConfig, role: RoleOptions, run_dir: Path) -> dict:
+    from tfprofile.rundir import read_variables
+
+    table = read_variables(run_dir / "variables.json")
+    per_ps = [0] * len(role.cluster.ps)
+    for server, size in zip(table.server.tolist(), table.size_bytes.tolist()):
+        if 0 <= server < len(per_ps):
+            per_ps[server] += int(size)
+    return {"strategy": config.placement, "ps_tasks": len(role.cluster.ps), "bytes_per_ps": per_ps}
+
+
+def _hosts_record(role: RoleOptions) -> dict:
+    resolved = role.cluster.resolved()
+    hosts = {}
+    for job in ("ps", "worker"):
+        for i, (given, ip) in enumerate(zip(getattr(role.cluster, job), getattr(resolved, job))):
+            hosts[f"{job}{i}"] = {"address": given, "ip": split_address(ip)[0]}
+    hosts[role.task.label]["hostname"] = socket.gethostname()
+    return hosts
+
+
+def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool) -> Path:
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    if config.capture:
+        require_tools("tcpdump")
+        require_root("collect --capture")
+    if role.iperf:
+        require_tools("iperf3")
+    wait_reachable(role)
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    (partial / "trace").mkdir(parents=True)
+    (partial / "logs").mkdir()
+    started = time.monotonic()
+    links = _measure_links(config, role, partial) if role.iperf else []
+    task, tcpdump, bar = None, None, None
+    try:
+        if config.capture:
+            tcpdump, capture = _start_capture(role, partial)
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} (worker0)",
+                       unit="step", file=sys.stderr, dynamic_ncols=True)
+        task, lines = _start_task(config, role, partial, partial)
+        state = _watch(task, lines, config, bar)
+        if not state.finished:
+            raise CollectError(f"worker0 exited without finishing (log: {task.log_path})")
+        capture_record = None
+        if tcpdump is not None:
+            capture_record = _stop_capture(tcpdump, capture, role, partial)
+            tcpdump = None
+        extra = {"cluster_spec": role.cluster.as_dict(), "cluster_source": role.cluster_source,
+                 "task": {"role": "worker", "index": 0}, "hosts": _hosts_record(role),
+                 "placement": _placement_record(config, role, partial), "iperf3_links": links}
+        _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
+                        time.monotonic() - started, capture_record, extra=extra)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(partial, out)
+        return out
+    finally:
+        if bar is not None:
+            bar.close()
+        if task is not None:
+            task.stop()
+        if tcpdump is not None:
+            with contextlib.suppress(Exception):
+                tcpdump.stop()
