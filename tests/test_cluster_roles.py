@@ -1,0 +1,306 @@
+"""``tfsim collect --role``: one task per host, as on a real cluster.
+
+The cluster tests use network namespaces as hosts on a bridge (:class:`EmulatedCluster`),
+and start every task as its own ``tfsim collect --role ...`` process inside its namespace
+with ``TF_CONFIG`` in its environment, the way a user starts them over ssh. The bad-input
+tests check the one-line message, the task it names and exit status 2.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfprofile.harness.tfconfig import agreement_difference, load_task
+from tfsim.errors import ClusterError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+IS_ROOT = os.geteuid() == 0
+needs_lab = pytest.mark.skipif(
+    not IS_ROOT or not all(shutil.which(t) for t in ("ip", "tc", "tcpdump", "iperf3")),
+    reason="the emulated cluster needs root, ip, tc, tcpdump and iperf3")
+TINY = ("--model", "tiny", "--batch", "4", "--steps", "4", "--warmup", "1", "--intra-op-threads", "1",
+        "--inter-op-threads", "1", "--no-progress")
+TFSIM = [str(Path(sys.executable).with_name("tfsim"))] if Path(sys.executable).with_name("tfsim").exists() \
+    else [sys.executable, "-m", "tfsim"]
+
+
+def tf_config(ps: list[str], workers: list[str], role: str | None = None, index: int = 0) -> str:
+    config = {"cluster": {"ps": ps, "worker": workers}}
+    if role is not None:
+        config["task"] = {"type": role, "index": index}
+    return json.dumps(config)
+
+
+def env_with(tf_config_text: str | None = None, pythonpath: Path = FIXTURES) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), os.environ.get("PYTHONPATH", "")])
+    if tf_config_text is not None:
+        env["TF_CONFIG"] = tf_config_text
+    return env
+
+
+def tfsim(*args, env: dict, prefix=(), timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, *TFSIM, *map(str, args)], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+class Tasks:
+    """Background ``tfsim collect --role`` processes; every one is killed at teardown."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args, env: dict, prefix=()) -> subprocess.Popen:
+        proc = subprocess.Popen([*prefix, *TFSIM, *map(str, args)], env=env, text=True, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(10)
+
+
+@pytest.fixture
+def tasks():
+    started = Tasks()
+    yield started
+    started.stop_all()
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def error_line(result: subprocess.CompletedProcess) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------- the cluster spec, no TensorFlow
+
+def test_tf_config_and_cluster_spec_file(tmp_path):
+    text = tf_config(["h1:2222", "h2:2222"], ["h3:2222"], "ps", 1)
+    cluster, task, source = load_task({"TF_CONFIG": text})
+    assert (cluster.ps, cluster.worker, task.label, source) == (("h1:2222", "h2:2222"), ("h3:2222",), "ps1",
+                                                               "TF_CONFIG")
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"ps": ["h1:2222"], "worker": ["h3:2222", "h4:2222"]}))
+    cluster, task, source = load_task({"TF_CONFIG": text}, spec, "worker", 1)
+    assert (cluster.worker, task.label, task.is_chief, source) == (("h3:2222", "h4:2222"), "worker1", False, str(spec))
+    with pytest.raises(ClusterError, match=r"^worker0: .*job 'chief' is not supported"):
+        load_task({"TF_CONFIG": json.dumps({"cluster": {"chief": ["a:1"], "ps": ["b:1"], "worker": ["c:1"]}})},
+                  role="worker", index=0)
+    with pytest.raises(ClusterError, match=r"address b:1 is given to two tasks"):
+        load_task({"TF_CONFIG": tf_config(["b:1"], ["b:1"], "ps")})
+
+
+def test_agreement_difference_names_what_differs():
+    own = {"options": {"batch_size": 8}, "cluster": {"ps": ["a:1"]},
+           "variables": [["w", [64, 128], "float32", "/job:ps/task:0"]]}
+    assert agreement_difference(own, json.loads(json.dumps(own)), "ps0") is None
+    assert agreement_difference(own, {**own, "options": {"batch_size": 16}}, "ps1") == \
+        "batch_size is 8 here, 16 on ps1"
+    other = {**own, "variables": [["w", [64, 256], "float32", "/job:ps/task:0"]]}
+    assert agreement_difference(own, other, "ps0") == \
+        "variable w is float32[64, 128] on /job:ps/task:0 here, float32[64, 256] on /job:ps/task:0 on ps0"
+    assert "exists on ps0, not here" in agreement_difference(own, {**own, "variables": own["variables"] + [
+        ["v", [1], "float32", "/job:ps/task:0"]]}, "ps0")
+
+
+def test_tf_config_missing(tmp_path):
+    result = tfsim("collect", "--role", "worker", "--task-index", "0", "--out", tmp_path / "run", env=env_with())
+    assert result.returncode == 2
+    assert error_line(result).startswith("tfsim: error: worker0: TF_CONFIG is not set and no --cluster-spec")
+
+
+def test_tf_config_malformed(tmp_path):
+    result = tfsim("collect", "--role", "ps", "--task-index", "1", env=env_with('{"cluster": {"ps": ['))
+    assert result.returncode == 2
+    assert error_line(result).startswith("tfsim: error: ps1: TF_CONFIG is not valid JSON")
+    result = tfsim("collect", env=env_with(json.dumps({"cluster": {"ps": "h:1", "worker": ["h:2"]},
+                                                       "task": {"type": "ps", "index": 0}})))
+    assert result.returncode == 2
+    assert "needs a non-empty list of 'ps' addresses" in error_line(result)
+
+
+def test_task_index_outside_the_cluster(tmp_path):
+    result = tfsim("collect", "--out", tmp_path / "run",
+                   env=env_with(tf_config(["h1:2222"], ["h2:2222", "h3:2222"], "worker", 2)))
+    assert result.returncode == 2
+    assert error_line(result) == ("tfsim: error: worker2: task index 2 is outside the cluster: TF_CONFIG lists 2 "
+                                  "worker task(s), worker0 to worker1")
+    assert not (tmp_path / "run").exists()
+
+
+def test_unreachable_ps_times_out(tmp_path):
+    ps_port, worker_port = free_ports(2)
+    started = time.monotonic()
+    result = tfsim("collect", "--role", "worker", "--task-index", "0", "--connect-timeout", "2", *TINY,
+                   "--out", tmp_path / "run",
+                   env=env_with(tf_config([f"127.0.0.1:{ps_port}"], [f"127.0.0.1:{worker_port}"])), timeout=60)
+    assert result.returncode == 2
+    assert error_line(result).startswith(f"tfsim: error: worker0: ps0 at 127.0.0.1:{ps_port} is unreachable")
+    assert "after 2 s (--connect-timeout)" in result.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------- TensorFlow on loopback
+
+@pytest.mark.tensorflow
+def test_a_different_model_on_the_ps_is_refused(tmp_path, tasks):
+    """Same flags, but the PS host's ``user_models`` defines another network."""
+    pytest.importorskip("tensorflow")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "user_models.py").write_text((FIXTURES / "user_models.py").read_text().replace(
+        'get_variable("mlp/w1", [64, 128])', 'get_variable("mlp/w1", [64, 256])').replace(
+        'get_variable("mlp/w2", [128, 10])', 'get_variable("mlp/w2", [256, 10])'))
+    ps_port, worker_port = free_ports(2)
+    config = tf_config([f"127.0.0.1:{ps_port}"], [f"127.0.0.1:{worker_port}"])
+    options = ("--model-fn", "user_models:small_mlp", *TINY[2:])
+    ps = tasks.start("collect", "--role", "ps", *options, env=env_with(config, other))
+    chief = tfsim("collect", "--role", "worker", *options, "--out", tmp_path / "run", env=env_with(config))
+    assert chief.returncode == 2
+    assert error_line(chief) == ("tfsim: error: worker0: the model or run options differ from ps0's: variable "
+                                 "mlp/w1 is float32[64, 128] on /job:ps/task:0 here, float32[64, 256] on "
+                                 "/job:ps/task:0 on ps0")
+    _, ps_err = ps.communicate(timeout=60)
+    assert ps.returncode == 2 and "ps0" in ps_err and "worker0 stopped with status 2" in ps_err
+    assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------- an emulated cluster
+
+@pytest.fixture(scope="module")
+def lab():
+    """Hosts ps0, ps1 and w0 on a bridge, 200 Mbit/s links; always torn down."""
+    from tfsim.lab.netns import EmulatedCluster, list_namespaces
+
+    cluster = EmulatedCluster(["ps0", "ps1", "w0"], rate_bit=200_000_000).up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+        assert not set(cluster.namespaces()) & set(list_namespaces())
+
+
+def _run_job(lab, tasks, out: Path, ps_hosts: list[str], *chief_args: str,
+             options: tuple = TINY) -> tuple[subprocess.CompletedProcess, list]:
+    """Start a PS in each of ``ps_hosts``, then the chief in w0, every task with ``options``; return the
+    chief's result and the PS processes."""
+    hosts = lab.hosts
+    config = {"ps": [f"{hosts[h].address}:2222" for h in ps_hosts], "worker": [f"{hosts['w0'].address}:2222"]}
+    ps_procs = [tasks.start("collect", "--role", "ps", "--task-index", p, "--iperf-server", *options,
+                            env=env_with(json.dumps({"cluster": config})), prefix=hosts[h].exec_prefix())
+                for p, h in enumerate(ps_hosts)]
+    chief = tfsim("collect", *options, "--out", out, *chief_args,
+                  env=env_with(json.dumps({"cluster": config, "task": {"type": "worker", "index": 0}})),
+                  prefix=hosts["w0"].exec_prefix())
+    for proc in ps_procs:
+        proc.communicate(timeout=60)
+    return chief, ps_procs
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_one_ps_job_calibrates_profiles_and_predicts(lab, tasks, tmp_path):
+    pytest.importorskip("tensorflow")
+    run = tmp_path / "run"
+    chief, ps_procs = _run_job(lab, tasks, run, ["ps0"], "--capture", "--iperf", "--iperf-repeats", "1",
+                               "--iperf-seconds", "1")
+    assert chief.returncode == 0, chief.stderr
+    assert [p.returncode for p in ps_procs] == [0]
+    record = json.loads((run / "run.json").read_text())
+    ps_address, chief_address = f"{lab.hosts['ps0'].address}:2222", f"{lab.hosts['w0'].address}:2222"
+    assert record["cluster"] == record["cluster_spec"] == {"ps": [ps_address], "worker": [chief_address]}
+    assert record["hosts"]["ps0"]["ip"] == lab.hosts["ps0"].address
+    assert record["capture"]["interface"] == "eth0" and record["capture"]["captured"] > 100
+    assert record["capture"]["filter"] == (f"tcp and ((host {lab.hosts['ps0'].address} and port 2222))")
+    assert sorted(p.name for p in (run / "iperf3").iterdir()) == ["downlink_0.json", "uplink_0.json"]
+    rate = json.loads((run / "iperf3" / "uplink_0.json").read_text())["end"]["sum_received"]["bits_per_second"]
+    assert 150e6 < rate < 210e6
+    assert record["placement"]["ps_tasks"] == 1 and record["placement"]["bytes_per_ps"] == [547504]
+    assert not list(run.glob("*.incomplete"))
+
+    cluster_json = tmp_path / "CLUSTER.json"
+    result = tfsim("calibrate", run, "-o", cluster_json, env=env_with())
+    assert result.returncode == 0, result.stderr
+    calibrated = json.loads(cluster_json.read_text())
+    assert 150e6 / 8 < calibrated["bandwidth_Bps"]["uplink"] < 210e6 / 8
+    profile = tmp_path / "tiny.npz"
+    result = tfsim("profile", run, "-o", profile, env=env_with())
+    assert result.returncode == 0, result.stderr
+    table = tmp_path / "predict.json"
+    result = tfsim("predict", profile, "--cluster", cluster_json, "--workers", "1,2", "--steps", "60",
+                   "--warmup", "10", "--jobs", "1", "--json", table, "--no-progress", env=env_with())
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(table.read_text())["rows"]
+    assert sorted(r["workers"] for r in rows) == [1, 2]
+    assert all(r["throughput_eps"] > 0 for r in rows)
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_two_ps_job_keeps_each_server_apart(lab, tasks, tmp_path):
+    pytest.importorskip("tensorflow")
+    run = tmp_path / "run"
+    chief, ps_procs = _run_job(lab, tasks, run, ["ps0", "ps1"], "--capture", "--iperf", "--iperf-repeats", "1",
+                               "--iperf-seconds", "1", options=(*TINY, "--ps-strategy", "greedy"))
+    assert chief.returncode == 0, chief.stderr
+    assert [p.returncode for p in ps_procs] == [0, 0]
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["placement"] == "greedy" and record["placement"]["ps_tasks"] == 2
+    assert sum(record["placement"]["bytes_per_ps"]) == 547504 and min(record["placement"]["bytes_per_ps"]) > 0
+    assert sorted(p.name for p in (run / "iperf3").iterdir()) == ["downlink_0.json", "downlink_ps1_0.json",
+                                                                 "uplink_0.json", "uplink_ps1_0.json"]
+    assert [link["ps_tasks"] for link in record["iperf3_links"]] == [[0], [1]]
+    for host in ("ps0", "ps1"):
+        assert f"host {lab.hosts[host].address} and port 2222" in record["capture"]["filter"]
+    profile = tmp_path / "tiny2.npz"
+    result = tfsim("profile", run, "-o", profile, env=env_with())
+    assert result.returncode == 0, result.stderr
+    from tfprofile.dag import Resource
+    from tfprofile.profile_io import load_profile
+
+    graph = load_profile(profile).graph
+    for link in (Resource.DOWNLINK, Resource.UPLINK):
+        assert sorted(set(graph.server[graph.resource == link].tolist())) == [0, 1]
+    table = tmp_path / "predict.json"
+    result = tfsim("predict", profile, "--bandwidth", "200mbit", "--workers", "1,2", "--steps", "60", "--warmup",
+                   "10", "--jobs", "1", "--json", table, "--no-progress", env=env_with())
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(table.read_text())["rows"]
+    assert sorted(r["workers"] for r in rows) == [1, 2] and {r["servers"] for r in rows} == {2}
+    assert all(r["throughput_eps"] > 0 for r in rows)
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_a_capture_interface_without_traffic_is_refused(lab, tasks, tmp_path):
+    pytest.importorskip("tensorflow")
+    chief, ps_procs = _run_job(lab, tasks, tmp_path / "run", ["ps0"], "--capture", "--capture-interface", "lo")
+    assert chief.returncode == 2
+    assert error_line(chief) == (f"tfsim: error: worker0: the capture on interface lo saw no traffic with the PS "
+                                 f"tasks (tcp and ((host {lab.hosts['ps0'].address} and port 2222))): give the "
+                                 "interface that carries it (--capture-interface)")
+    assert [p.returncode for p in ps_procs] == [0]
+    assert not (tmp_path / "run").exists()
