@@ -39,7 +39,7 @@ from tfprofile.harness.capture import (IPERF_PORT, IperfServer, Tcpdump, gzip_fi
                                        interface_towards, measure_bandwidth_to, require_root, require_tools)
 from tfprofile.harness.launcher import (INCOMPLETE_SUFFIX, CollectConfig, _die_with_parent, _finish_run_dir,
                                         _read_lines, _Task, _task_command)
-from tfprofile.harness.task import PROGRESS_PREFIX
+from tfprofile.harness.task import DISAGREEMENT_STATUS, PROGRESS_PREFIX
 from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
 
 AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes", "steps", "warmup_steps",
@@ -161,8 +161,10 @@ def _watch(task: _Task, lines: queue.Queue, config: CollectConfig, bar=None) -> 
         if elapsed > config.timeout_s:
             raise CollectError(f"{task.label}: did not finish within {config.timeout_s:.0f} s (--timeout); "
                                f"log: {task.log_path}")
-    if state.error is not None:
+    if state.error is not None and state.error["status"] == DISAGREEMENT_STATUS:
         raise ClusterError(None, state.error["message"])
+    if state.error is not None:
+        raise CollectError(state.error["message"])
     if task.process.returncode != 0:
         raise CollectError(f"task {task.label} exited with status {task.process.returncode}: "
                            f"{task.last_error_line()} (log: {task.log_path})")

@@ -27,6 +27,7 @@ chief writes the run directory.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import importlib
@@ -149,8 +150,8 @@ def run_ps(spec: dict) -> int:
         for _ in range(spec["workers"]):  # blocks until every worker is done, or one failed
             code, worker = (int(x) for x in sess.run(report))
             if code != 0:
-                _emit("error", status=code, message=f"worker{worker} stopped with status {code}; "
-                                                    f"ps{index} stops too (see worker{worker}'s message)")
+                _emit("error", status=code, message=f"ps{index}: worker{worker} stopped with status {code}, "
+                                                    f"so this PS stops too (see worker{worker}'s message)")
                 status = code
                 break
     # The last worker's enqueue is still waiting for its reply: let it arrive before exiting.
@@ -259,70 +260,76 @@ def run_worker(spec: dict) -> int:
     trace_options = tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE, output_partition_graphs=True)
     step_rows = []
     with tf1.Session(server.target, config=config) as sess:
-        if role_mode:
-            try:
-                _check_agreement(tf, tf1, sess, spec, index, started + spec["startup_timeout_s"])
-            except Disagreement as exc:
-                _emit("error", status=DISAGREEMENT_STATUS, message=f"worker{index}: {exc}")
-                _report_done(tf, sess, done_ops, status_ph, DISAGREEMENT_STATUS)
-                return DISAGREEMENT_STATUS
-        if chief:
-            sess.run(init)
-            with open(out / "variables.json", "w", encoding="utf-8") as handle:
-                json.dump({"format": "tfsim.variables/1",
-                           "variables": _variables_table(tf1)},
-                          handle, indent=2)
-            _emit("initialized")
-        else:
-            while len(sess.run(uninitialized)):
-                time.sleep(0.2)
-        sess.run(announce)
-        if chief:
-            sess.run(gather_ready)
-            sess.run(release)
-        sess.run(wait_go)
-
-        total = spec["warmup_steps"] + spec["steps"]
-        traced = 0
-        for step in range(total):
-            measured = step - spec["warmup_steps"]
-            trace = measured >= 0 and chief and measured % spec["trace_every"] == 0
-            metadata = tf1.RunMetadata() if trace else None
-            start_unix, start = time.time(), time.perf_counter()
-            if trace:
-                sess.run(train_op, options=trace_options, run_metadata=metadata)
+        try:
+            if role_mode:
+                try:
+                    _check_agreement(tf, tf1, sess, spec, index, started + spec["startup_timeout_s"])
+                except Disagreement as exc:
+                    _emit("error", status=DISAGREEMENT_STATUS, message=f"worker{index}: {exc}")
+                    _report_done(tf, sess, done_ops, status_ph, DISAGREEMENT_STATUS)
+                    return DISAGREEMENT_STATUS
+            if chief:
+                sess.run(init)
+                with open(out / "variables.json", "w", encoding="utf-8") as handle:
+                    json.dump({"format": "tfsim.variables/1",
+                               "variables": _variables_table(tf1)},
+                              handle, indent=2)
+                _emit("initialized")
             else:
-                sess.run(train_op)
-            wall = time.perf_counter() - start
-            step_rows.append((index, step, int(measured >= 0), int(trace), f"{start_unix:.6f}", f"{wall:.6f}"))
-            if trace:
-                data = gzip.compress(metadata.SerializeToString(), mtime=0)
-                (out / "trace" / f"step_{measured:05d}.pb.gz").write_bytes(data)
-                if traced == 0:  # the same step in TensorFlow's Chrome-trace form, for tools that read it
-                    from tensorflow.python.client import timeline
+                while len(sess.run(uninitialized)):
+                    time.sleep(0.2)
+            sess.run(announce)
+            if chief:
+                sess.run(gather_ready)
+                sess.run(release)
+            sess.run(wait_go)
 
-                    chrome = timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_dataflow=True)
-                    (out / "trace" / f"step_{measured:05d}.chrome.json.gz").write_bytes(
-                        gzip.compress(chrome.encode(), mtime=0))
-                traced += 1
-            if chief or role_mode:
-                _emit("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced)
+            total = spec["warmup_steps"] + spec["steps"]
+            traced = 0
+            for step in range(total):
+                measured = step - spec["warmup_steps"]
+                trace = measured >= 0 and chief and measured % spec["trace_every"] == 0
+                metadata = tf1.RunMetadata() if trace else None
+                start_unix, start = time.time(), time.perf_counter()
+                if trace:
+                    sess.run(train_op, options=trace_options, run_metadata=metadata)
+                else:
+                    sess.run(train_op)
+                wall = time.perf_counter() - start
+                step_rows.append((index, step, int(measured >= 0), int(trace), f"{start_unix:.6f}", f"{wall:.6f}"))
+                if trace:
+                    data = gzip.compress(metadata.SerializeToString(), mtime=0)
+                    (out / "trace" / f"step_{measured:05d}.pb.gz").write_bytes(data)
+                    if traced == 0:  # the same step in TensorFlow's Chrome-trace form, for tools that read it
+                        from tensorflow.python.client import timeline
 
-        if role_mode and not chief:
-            sess.run(step_queue.enqueue([index, _csv_text(step_rows)]))
-        else:
-            (out / f"step_times.worker{index}.csv").write_text(_csv_text(step_rows), encoding="utf-8")
-        if role_mode and chief and workers > 1:
-            _receive_step_times(tf1, sess, step_queue, workers - 1, out, spec["timeout_s"])
-        if chief:
-            versions = {
-                "tensorflow": tf.__version__,
-                "python": sys.version.split()[0],
-                "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
-                "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
-            }
-            (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
-        _report_done(tf, sess, done_ops, status_ph, 0)
+                        chrome = timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_dataflow=True)
+                        (out / "trace" / f"step_{measured:05d}.chrome.json.gz").write_bytes(
+                            gzip.compress(chrome.encode(), mtime=0))
+                    traced += 1
+                if chief or role_mode:
+                    _emit("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced)
+
+            if role_mode and not chief:
+                sess.run(step_queue.enqueue([index, _csv_text(step_rows)]))
+            else:
+                (out / f"step_times.worker{index}.csv").write_text(_csv_text(step_rows), encoding="utf-8")
+            if role_mode and chief and workers > 1:
+                _receive_step_times(tf1, sess, step_queue, workers - 1, out, spec["timeout_s"])
+            if chief:
+                versions = {
+                    "tensorflow": tf.__version__,
+                    "python": sys.version.split()[0],
+                    "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+                    "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
+                }
+                (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
+            _report_done(tf, sess, done_ops, status_ph, 0)
+        except Exception:
+            if role_mode:  # let every PS stop now rather than wait for this worker until its --timeout
+                with contextlib.suppress(Exception):
+                    _report_done(tf, sess, done_ops, status_ph, 1)
+            raise
     if chief:
         _emit("finished", batch_size=int(batch_size))
     return 0
