@@ -39,7 +39,7 @@ MAX_KEPT_REQUEST_BYTES = 64 << 10
 RESPONSE_PREFIX_BYTES = 1024
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class GrpcMessage:
     """One complete gRPC message, on the DATA frame that completed it.
 

@@ -64,7 +64,7 @@ DEFAULT_MAX_FRAME_BYTES = 16_384
 Headers = tuple[tuple[str, str], ...]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Http2Frame:
     """One HTTP/2 frame, stamped with the packet that completed it.
 

@@ -1,7 +1,8 @@
 """The default backend: decode a capture in this process.
 
-Packets come from :mod:`netcapture.pcap`, headers from :mod:`netcapture.layers` (a
-``struct`` decoder for the common link types, scapy's dissectors for the rest), TCP is
+Packets come from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
+:mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
+dissectors for the rest), TCP is
 reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
 :mod:`netcapture.http2`, gRPC messages split by :mod:`netcapture.grpc`.
 
@@ -199,6 +200,9 @@ class _Decoder:
                     direction.grpc_streams.add(raw.stream_id)
             if raw.type == DATA and details.data_bytes:
                 messages = self._grpc(direction, raw, packet_number)
+        if raw.flags & FLAG_END_STREAM:  # this direction of the stream is over (gRPC ends it with trailers)
+            direction.deframers.pop(raw.stream_id, None)
+            direction.grpc_streams.discard(raw.stream_id)
         fields = {} if details is None else {
             "data_bytes": details.data_bytes, "headers": details.headers, "settings": details.settings,
             "window_increment": details.window_increment, "ping_opaque": details.ping_opaque,

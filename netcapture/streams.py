@@ -42,7 +42,7 @@ from netcapture.http2 import (
 from netcapture.tcp import ConnectionId, Endpoint
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class DataFrameEvent:
     """One DATA frame of a stream: the frame timeline calibration replays."""
 
@@ -133,7 +133,7 @@ class SettingChange:
         return SETTINGS_NAMES.get(self.setting_id, f"0x{self.setting_id:x}")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class WindowUpdateEvent:
     """A WINDOW_UPDATE from the receiver: stream 0 is the connection window."""
 
@@ -154,7 +154,7 @@ class PingEvent:
     opaque: str
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class WindowSample:
     """The sender's window after one event: stream 0 is the connection window.
 
