@@ -277,6 +277,9 @@ def test_two_ps_job_keeps_each_server_apart(lab, tasks, tmp_path):
     assert [link["ps_tasks"] for link in record["iperf3_links"]] == [[0], [1]]
     for host in ("ps0", "ps1"):
         assert f"host {lab.hosts[host].address} and port 2222" in record["capture"]["filter"]
+    result = tfsim("calibrate", run, "-o", tmp_path / "CLUSTER.json", env=env_with())
+    assert result.returncode == 0, result.stderr
+    assert 150e6 / 8 < json.loads((tmp_path / "CLUSTER.json").read_text())["bandwidth_Bps"]["downlink"] < 210e6 / 8
     profile = tmp_path / "tiny2.npz"
     result = tfsim("profile", run, "-o", profile, env=env_with())
     assert result.returncode == 0, result.stderr
