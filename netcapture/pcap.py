@@ -1,11 +1,17 @@
 """Stream packets out of pcap and pcapng files, gzip-compressed or not, in bounded memory.
 
-:func:`iter_packets` reads one record at a time, so memory does not grow with the file.
-It yields :class:`RawPacket` records numbered from 1 in file order (Wireshark's frame
-numbers) with their capture time in integer nanoseconds, which keeps microsecond and
-nanosecond captures exact.
+Records are read by scapy's raw readers (:class:`scapy.utils.RawPcapReader`,
+:class:`scapy.utils.RawPcapNgReader`), which stream a file object and do not dissect
+packets. This module opens the file (through :mod:`gzip` when it starts with the gzip
+magic), hands scapy the stream, and turns what scapy returns into :class:`RawPacket`
+records numbered from 1 in file order (Wireshark's frame numbers), with their capture
+time in integer nanoseconds (pcap: micro- or nanosecond magic; pcapng: ``if_tsresol``
+and ``if_tsoffset``), so that no resolution is lost.
 
-Defects, and what happens:
+scapy ends its readers silently on most defects (``EOFError`` for a cut file and for a
+corrupt block alike, ``Scapy_Exception`` at the file header, a swallowed ``OSError`` for
+a corrupt gzip stream). The stream scapy reads, :class:`_Source`, counts the bytes it
+hands out and notes where the file ended, so that each stop is classified:
 
 - The file ends inside a record (tcpdump killed, a copy taken while it was writing, a cut
   gzip stream): :class:`~netcapture.errors.TruncatedCapture` after every complete record
@@ -15,16 +21,24 @@ Defects, and what happens:
 - A packet cut by the snapshot length (``caplen < len``) is yielded as it is; see
   :func:`check_snaplen`, which the decoders call so that the error says "capture with
   -s 0".
-- Anything else that cannot be right (bad magic, an impossible record length, a corrupt
-  gzip stream): :class:`~netcapture.errors.MalformedCapture`.
+- Anything else that cannot be right (bad magic, an impossible block length, mismatched
+  block lengths, a packet longer than its block, a corrupt gzip stream):
+  :class:`~netcapture.errors.MalformedCapture`, with scapy's reason when it gave one.
 
-pcapng: section header, interface description (link type, snaplen, ``if_tsresol``,
-``if_tsoffset``), enhanced, simple and obsolete packet blocks, and interface statistics
-(``isb_ifdrop``, reported in :attr:`PcapReader.kernel_drops`). Other blocks are skipped.
-A simple packet block has no timestamp: its packets get time 0, as in Wireshark.
+Memory stays bounded: no single read may exceed :data:`MAX_RECORD_BYTES`, and scapy's
+pcap reader reads at most :data:`MAX_PCAP_RECORD_BYTES` of a record (4 x its MTU, above
+the 65,549-byte frames of a loopback capture). A pcap record that claims more is reported
+as malformed rather than cut short; tcpdump never writes one longer than its 262,144-byte
+maximum snaplen, and only records of 262,141-262,144 bytes are lost to this bound.
 
-This module does not use scapy: scapy's readers cut records at 65,535 bytes by default
-(loopback frames reach 65,549) and end silently on a truncated file.
+On top of scapy's pcapng reader (:class:`_PcapNgReader`): a new section header forgets
+the interfaces of the previous section, ``if_tsoffset`` is applied, interface statistics
+blocks report kernel drops (``isb_ifdrop``, in :attr:`PcapReader.kernel_drops`), a packet
+that names an undescribed interface or claims more bytes than its block holds is
+malformed (scapy would skip or shorten it), and decryption-secret and process blocks are
+skipped unread. A simple packet block has no timestamp: its packets get time 0, as in
+Wireshark. scapy's own warnings about these files are kept off the console (the reason
+goes into the error message instead).
 """
 
 from __future__ import annotations
@@ -32,27 +46,32 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import io
+import logging
 import os
 import struct
 import zlib
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from netcapture.errors import MalformedCapture, SnaplenError, TruncatedCapture
+from scapy.data import MTU
+from scapy.error import Scapy_Exception
+from scapy.utils import RawPcapNgReader, RawPcapReader
+
+from netcapture.errors import CaptureError, MalformedCapture, SnaplenError, TruncatedCapture
 
 GZIP_MAGIC = b"\x1f\x8b"
-PCAPNG_SHB = 0x0A0D0D0A
-PCAPNG_BYTE_ORDER_MAGIC = 0x1A2B3C4D
-# Far above any real frame (64 KiB loopback, 256 KiB snaplen, GSO/BIG TCP up to ~512 KiB):
-# a larger record length means a corrupt file, and refusing it keeps memory bounded.
-MAX_RECORD_BYTES = 16 << 20
-
-_PCAP_MAGICS = {
-    b"\xd4\xc3\xb2\xa1": ("<", 1000),  # microseconds, little endian
-    b"\xa1\xb2\xc3\xd4": (">", 1000),
-    b"\x4d\x3c\xb2\xa1": ("<", 1),  # nanoseconds
-    b"\xa1\xb2\x3c\x4d": (">", 1),
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": 1000,  # microseconds (little or big endian): ns per tick
+    b"\xa1\xb2\xc3\xd4": 1000,
+    b"\x4d\x3c\xb2\xa1": 1,  # nanoseconds
+    b"\xa1\xb2\x3c\x4d": 1,
 }
+# Far above any real frame (64 KiB loopback, 256 KiB snaplen, GSO/BIG TCP up to ~512 KiB):
+# a larger pcapng block means a corrupt file, and refusing it keeps memory bounded.
+MAX_RECORD_BYTES = 16 << 20
+# scapy's pcap reader reads at most this much of one record and skips the rest.
+MAX_PCAP_RECORD_BYTES = 4 * MTU
 
 # Link types (LINKTYPE_* values of the pcap/pcapng specification) the decoders know.
 LINKTYPE_NULL = 0
@@ -88,43 +107,186 @@ class RawPacket:
 
 @dataclasses.dataclass(frozen=True)
 class Interface:
-    """A pcapng interface (pcap files have exactly one)."""
+    """A capture interface (pcap files have exactly one)."""
 
     linktype: int
     snaplen_bytes: int
-    ns_per_tick_num: int  # a timestamp tick is num/den nanoseconds
-    ns_per_tick_den: int
+    ticks_per_second: int  # timestamp resolution: 10**6 for microseconds, 10**9 for nanoseconds
     offset_s: int = 0
 
     def to_ns(self, ticks: int) -> int:
-        return ticks * self.ns_per_tick_num // self.ns_per_tick_den + self.offset_s * 1_000_000_000
+        return ticks * 1_000_000_000 // self.ticks_per_second + self.offset_s * 1_000_000_000
+
+
+class _ScapyReasons(logging.Filter):
+    """Keeps scapy's warnings about capture files off the console; :meth:`take` returns the first
+    since the last :meth:`take` (later ones tend to repeat it without the detail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        if not text.startswith(("Pcap:", "PcapNg:")):
+            return True
+        if self.last:
+            return False
+        try:
+            self.last = record.getMessage()
+        except (TypeError, ValueError):
+            self.last = text
+        return False
+
+    def take(self) -> str:
+        last, self.last = self.last, ""
+        return last
+
+
+_REASONS = _ScapyReasons()
+# First in line, so that scapy's rate limit on repeated warnings does not hide a reason.
+logging.getLogger("scapy.runtime").filters.insert(0, _REASONS)
+
+
+class _RecordTooLarge(Exception):
+    """A read longer than :data:`MAX_RECORD_BYTES`: the length field it comes from is corrupt."""
+
+
+class _BadRecord(Exception):
+    """A pcapng block that scapy would accept but that cannot be right (the message says why)."""
+
+
+class _Source:
+    """The stream scapy reads: it counts the bytes handed out and notes how the file ended.
+
+    ``head`` holds bytes already read from ``handle`` (the magic), handed out first.
+    After a read comes back short, :attr:`at_eof` is set; :attr:`gzip_cut` when gzip
+    reported a compressed stream that ends early, :attr:`error` when the compressed data is
+    corrupt (scapy swallows both). A read longer than :data:`MAX_RECORD_BYTES` raises
+    :class:`_RecordTooLarge` instead of allocating it.
+    """
+
+    def __init__(self, handle: BinaryIO, head: bytes):
+        self.name = str(getattr(handle, "name", ""))
+        self._handle = handle
+        self._head = head
+        self.position = 0
+        self.at_eof = False
+        self.gzip_cut = False
+        self.error: Exception | None = None
+        if head:
+            self.read = self._read_head  # type: ignore[method-assign]  # until the head is handed out
+
+    def read(self, size: int = -1) -> bytes:
+        if not 0 <= size <= MAX_RECORD_BYTES:
+            raise _RecordTooLarge(size)
+        try:
+            data = self._handle.read(size)
+        except EOFError:  # gzip: "Compressed file ended before the end-of-stream marker was reached"
+            self.gzip_cut = True
+            raise
+        except (OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            self.error = exc
+            raise
+        self.position += len(data)
+        if len(data) < size:
+            self.at_eof = True
+        return data
+
+    def _read_head(self, size: int = -1) -> bytes:
+        if not 0 <= size <= MAX_RECORD_BYTES:
+            raise _RecordTooLarge(size)
+        data, self._head = self._head[:size], self._head[size:]
+        self.position += len(data)
+        if not self._head:
+            del self.read  # back to the class's read
+        if len(data) < size:
+            data += self.read(size - len(data))
+        return data
+
+
+class _PcapNgReader(RawPcapNgReader):
+    """scapy's pcapng reader with the additions the module docstring lists."""
+
+    def __init__(self, filename, fdesc=None, magic=None):
+        self.drops_by_interface: dict[int, int] = {}
+        self.kernel_drops: int | None = None
+        self.last_interface = 0
+        super().__init__(filename, fdesc, magic)
+        self.blocktypes = {1: self._read_block_idb, 2: self._read_block_pkt, 3: self._read_block_spb,
+                           5: self._read_block_isb, 6: self._read_block_epb}
+
+    def _read_block_shb(self) -> None:
+        super()._read_block_shb()
+        self.interfaces = []  # interface numbers start again in each section
+        self.drops_by_interface = {}
+
+    def _read_block_idb(self, block: bytes, size: int) -> None:
+        super()._read_block_idb(block, size)
+        offset = self._read_options(block[8:]).get(14)  # if_tsoffset, seconds
+        if isinstance(offset, bytes) and len(offset) == 8:
+            self.interfaces[-1][2]["tsoffset"] = struct.unpack(self.endian + "q", offset)[0]
+
+    def _read_block_epb(self, block: bytes, size: int):
+        if len(block) >= 20:
+            interface, caplen = struct.unpack_from(self.endian + "I8xI", block)
+            self._check_packet(interface, caplen, len(block) - 20)
+        return super()._read_block_epb(block, size)
+
+    def _read_block_pkt(self, block: bytes, size: int):
+        if len(block) >= 20:
+            interface, caplen = struct.unpack_from(self.endian + "H10xI", block)
+            self._check_packet(interface, caplen, len(block) - 20)
+        return super()._read_block_pkt(block, size)
+
+    def _read_block_spb(self, block: bytes, size: int):
+        """Simple packet block. scapy cuts it to the interface's snaplen, where 0 means no limit."""
+        self._check_packet(0, 0, 0)
+        if len(block) < 4:
+            raise _BadRecord("a simple packet block is too short")
+        wirelen = struct.unpack_from(self.endian + "I", block)[0]
+        linktype, snaplen, options = self.interfaces[0]
+        data = block[4: 4 + min(wirelen, snaplen or wirelen)]
+        return data, self.PacketMetadata(linktype=linktype, tsresol=options["tsresol"], tshigh=None, tslow=None,
+                                          wirelen=wirelen, comments=None, ifname=None, direction=None,
+                                          process_information={})
+
+    def _read_block_isb(self, block: bytes, size: int) -> None:
+        """Interface statistics block: ``isb_ifdrop`` is cumulative per interface."""
+        if len(block) < 12:
+            return None
+        interface = struct.unpack_from(self.endian + "I", block)[0]
+        drops = self._read_options(block[12:]).get(5)
+        if isinstance(drops, bytes) and len(drops) == 8:
+            self.drops_by_interface[interface] = struct.unpack(self.endian + "Q", drops)[0]
+        self.kernel_drops = sum(self.drops_by_interface.values())
+        return None
+
+    def _check_packet(self, interface: int, caplen: int, available: int) -> None:
+        if interface >= len(self.interfaces):
+            raise _BadRecord(f"a packet refers to interface {interface}, which the file never described")
+        if caplen > available:
+            raise _BadRecord(f"a packet claims {caplen} captured bytes, its block holds {available}")
+        self.last_interface = interface
 
 
 class _GzipStream(io.RawIOBase):
-    """A gzip file as a raw stream whose early end is a flag, not an exception.
+    """A gzip file as a raw stream whose early end is an ``EOFError`` that loses no bytes.
 
-    ``gzip`` raises ``EOFError`` when the compressed data ends before its end marker; in a
-    buffered read that exception would also drop the good bytes decompressed just before
-    it. Here the stream simply ends, :attr:`cut_short` is set, and the reader decides.
+    ``GzipFile.read(n)`` drops the bytes it has decompressed in the call when the compressed
+    data ends before its end marker; ``read1`` decompresses one step at a time, so every
+    byte before the cut is handed out before the ``EOFError``.
     """
 
     def __init__(self, path: Path):
         super().__init__()
         self._gzip = gzip.open(path, "rb")
-        self.cut_short = False
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        if self.cut_short:
-            return 0
-        try:
-            # read1: at most one decompression step, so an early end loses no decoded bytes
-            data = self._gzip.read1(len(buffer))
-        except EOFError:
-            self.cut_short = True
-            return 0
+        data = self._gzip.read1(len(buffer))
         buffer[: len(data)] = data
         return len(data)
 
@@ -147,17 +309,13 @@ def open_capture(path: str | os.PathLike) -> BinaryIO:
         raise MalformedCapture(path, f"cannot open: {exc.strerror or exc}") from None
 
 
-def _cut_short(handle: BinaryIO) -> bool:
-    return bool(getattr(getattr(handle, "raw", None), "cut_short", False))
-
-
 class PcapReader:
     """Iterate over the packets of one pcap or pcapng file (optionally gzip-compressed).
 
     Use as an iterator of :class:`RawPacket`; afterwards, :attr:`packets_read`,
     :attr:`format` (``"pcap"`` or ``"pcapng"``), :attr:`interfaces` and
     :attr:`kernel_drops` (from pcapng statistics blocks, ``None`` if the file has none)
-    describe what was read.
+    describe what was read. :attr:`interfaces` is current during the iteration too.
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -166,192 +324,130 @@ class PcapReader:
         self.format = ""
         self.interfaces: list[Interface] = []
         self.kernel_drops: int | None = None
-        self._drops_by_interface: dict[int, int] = {}
 
     def __iter__(self) -> Iterator[RawPacket]:
         with open_capture(self.path) as handle:
             try:
-                magic = handle.read(4)
-                if len(magic) < 4:
-                    raise MalformedCapture(self.path, "empty or too short to be a pcap/pcapng capture")
-                if magic in _PCAP_MAGICS:
+                head = handle.read(4)
+                source = _Source(handle, head)
+                if head in PCAP_MAGICS:
                     self.format = "pcap"
-                    yield from self._pcap(handle, magic)
-                elif struct.unpack("<I", magic)[0] == PCAPNG_SHB:
+                    yield from self._pcap(source, PCAP_MAGICS[head])
+                elif head == PCAPNG_MAGIC:
                     self.format = "pcapng"
-                    yield from self._pcapng(handle, magic)
+                    yield from self._pcapng(source)
+                elif len(head) < 4:
+                    raise MalformedCapture(self.path, "empty or too short to be a pcap/pcapng capture")
                 else:
-                    raise MalformedCapture(self.path, f"not a pcap or pcapng capture (starts with {magic.hex()})")
+                    raise MalformedCapture(self.path, f"not a pcap or pcapng capture (starts with {head.hex()})")
             except EOFError:
-                # gzip: "Compressed file ended before the end-of-stream marker was reached"
                 raise self._truncated("the gzip stream ends early") from None
-            except (zlib.error, gzip.BadGzipFile, OSError) as exc:
-                raise MalformedCapture(self.path, f"corrupt compressed data after {self.packets_read} "
-                                       f"packets ({exc})") from None
-
-    def _truncated(self, where: str, handle: BinaryIO | None = None) -> TruncatedCapture:
-        if handle is not None and _cut_short(handle):
-            where += " (the gzip stream ends early)"
-        return TruncatedCapture(self.path, f"{where}: the file is cut short after {self.packets_read} "
-                                "complete packets (was tcpdump stopped cleanly?)")
-
-    def _read_exact(self, handle: BinaryIO, n: int, what: str) -> bytes:
-        data = handle.read(n)
-        if len(data) < n:
-            raise self._truncated(f"inside {what}", handle)
-        return data
+            except _RecordTooLarge as exc:
+                raise MalformedCapture(self.path, f"a record after {self.packets_read} packets claims {exc} bytes; "
+                                       "the file is corrupt") from None
+            except _BadRecord as exc:
+                raise MalformedCapture(self.path, f"after {self.packets_read} packets: {exc}") from None
+            except (OSError, zlib.error) as exc:
+                raise self._corrupt(exc) from None
 
     # -- pcap -----------------------------------------------------------------------------
 
-    def _pcap(self, handle: BinaryIO, magic: bytes) -> Iterator[RawPacket]:
-        endian, ns_per_tick = _PCAP_MAGICS[magic]
-        header = self._read_exact(handle, 20, "the file header")
-        _major, _minor, _zone, _sigfigs, snaplen, network = struct.unpack(endian + "HHiIII", header)
-        linktype = network & 0x0FFFFFF  # the upper bits may carry FCS information
-        self.interfaces.append(Interface(linktype, snaplen, ns_per_tick, 1))
-        record = struct.Struct(endian + "IIII")
-        number = 0
+    def _pcap(self, source: _Source, ns_per_tick: int) -> Iterator[RawPacket]:
+        _REASONS.take()
+        try:
+            reader = RawPcapReader(source)
+        except Scapy_Exception:
+            raise self._stopped(source, 0, "the file header") from None
+        linktype = reader.linktype & 0x0FFFFFF  # the upper bits may carry FCS information
+        self.interfaces.append(Interface(linktype, reader.snaplen, 1_000_000_000 // ns_per_tick))
+        boundary = source.position
         while True:
-            head = handle.read(16)
-            if not head:
-                if _cut_short(handle):
-                    raise self._truncated("the gzip stream ends early")
-                return
-            if len(head) < 16:
-                raise self._truncated(f"inside the header of packet {number + 1}", handle)
-            sec, frac, caplen, wirelen = record.unpack(head)
-            if caplen > MAX_RECORD_BYTES:
-                raise MalformedCapture(self.path, f"packet {number + 1} claims {caplen} captured bytes; "
-                                       "the file is corrupt")
-            data = self._read_exact(handle, caplen, f"packet {number + 1}")
-            number += 1
+            number = self.packets_read + 1
+            try:
+                data, meta = reader._read_packet(MAX_PCAP_RECORD_BYTES)
+            except EOFError as exc:
+                if self._clean_end(source, boundary):
+                    return
+                raise self._stopped(source, boundary, f"the header of packet {number}", exc) from None
+            if len(data) < meta.caplen:
+                if meta.caplen > MAX_PCAP_RECORD_BYTES:
+                    raise MalformedCapture(self.path, f"packet {number} claims {meta.caplen} captured bytes, more than "
+                                           f"a pcap record may hold ({MAX_PCAP_RECORD_BYTES}); the file is corrupt")
+                raise self._stopped(source, boundary, f"packet {number}")
+            boundary = source.position
             self.packets_read = number
-            yield RawPacket(number, sec * 1_000_000_000 + frac * ns_per_tick, linktype, caplen,
-                            max(wirelen, caplen), data)
+            yield RawPacket(number, meta.sec * 1_000_000_000 + meta.usec * ns_per_tick, linktype, meta.caplen,
+                            max(meta.wirelen, meta.caplen), data)
 
     # -- pcapng ---------------------------------------------------------------------------
 
-    def _pcapng(self, handle: BinaryIO, first: bytes) -> Iterator[RawPacket]:
-        endian = "<"
-        block_type_raw = first
-        number = 0
-        while True:
-            if block_type_raw is None:
-                block_type_raw = handle.read(4)
-                if not block_type_raw:
-                    if _cut_short(handle):
-                        raise self._truncated("the gzip stream ends early")
-                    return
-                if len(block_type_raw) < 4:
-                    raise self._truncated("inside a block header", handle)
-            length_raw = self._read_exact(handle, 4, "a block header")
-            if struct.unpack("<I", block_type_raw)[0] == PCAPNG_SHB:
-                # A section header sets the byte order of everything up to the next one.
-                bom = self._read_exact(handle, 4, "a section header")
-                if bom == struct.pack("<I", PCAPNG_BYTE_ORDER_MAGIC):
-                    endian = "<"
-                elif bom == struct.pack(">I", PCAPNG_BYTE_ORDER_MAGIC):
-                    endian = ">"
-                else:
-                    raise MalformedCapture(self.path, "pcapng section header with a bad byte-order magic")
-                total = struct.unpack(endian + "I", length_raw)[0]
-                self._check_block_length(total, 28)
-                self._read_exact(handle, total - 12, "a section header")
-                self.interfaces = []
-                self._drops_by_interface = {}
-                block_type_raw = None
-                continue
-            block_type = struct.unpack(endian + "I", block_type_raw)[0]
-            total = struct.unpack(endian + "I", length_raw)[0]
-            self._check_block_length(total, 12)
-            body = self._read_exact(handle, total - 12, f"a block (type {block_type:#x})")
-            trailer = self._read_exact(handle, 4, "a block trailer")
-            if struct.unpack(endian + "I", trailer)[0] != total:
-                raise MalformedCapture(self.path, f"pcapng block after packet {number} has mismatched lengths")
-            block_type_raw = None
-            if block_type == 1:
-                self.interfaces.append(self._interface(body, endian))
-            elif block_type in (6, 2, 3):
-                packet = self._packet_block(block_type, body, endian, number + 1)
-                number += 1
-                self.packets_read = number
-                yield packet
-            elif block_type == 5:
-                self._statistics(body, endian)
+    def _pcapng(self, source: _Source) -> Iterator[RawPacket]:
+        _REASONS.take()
+        try:
+            reader = _PcapNgReader(source)
+        except Scapy_Exception:
+            raise self._stopped(source, 0, "the section header") from None
+        try:
+            while True:
+                boundary = source.position
+                _REASONS.last = ""
+                try:
+                    record = reader._read_block(MAX_RECORD_BYTES)
+                except EOFError as exc:
+                    if self._clean_end(source, boundary):
+                        return
+                    raise self._stopped(source, boundary, f"the pcapng block after packet {self.packets_read}",
+                                        exc) from None
+                if record is None:
+                    continue
+                data, meta = record
+                self._sync_interfaces(reader)
+                time_ns = 0 if meta.tshigh is None else \
+                    self.interfaces[reader.last_interface].to_ns((meta.tshigh << 32) | meta.tslow)
+                self.packets_read += 1
+                yield RawPacket(self.packets_read, time_ns, meta.linktype, len(data), max(meta.wirelen, len(data)),
+                                data)
+        finally:
+            self.kernel_drops = reader.kernel_drops
+            self._sync_interfaces(reader)
 
-    def _check_block_length(self, total: int, minimum: int) -> None:
-        if total < minimum or total % 4 or total > MAX_RECORD_BYTES:
-            raise MalformedCapture(self.path, f"pcapng block of impossible length {total} after "
-                                   f"{self.packets_read} packets")
+    def _sync_interfaces(self, reader: _PcapNgReader) -> None:
+        if len(self.interfaces) == len(reader.interfaces) and self._described is reader.interfaces:
+            return
+        self._described = reader.interfaces
+        self.interfaces = [Interface(linktype, snaplen, options["tsresol"], options.get("tsoffset", 0))
+                           for linktype, snaplen, options in reader.interfaces]
+
+    _described: list | None = None
+
+    # -- why reading stopped --------------------------------------------------------------
 
     @staticmethod
-    def _options(data: bytes, endian: str) -> Iterator[tuple[int, bytes]]:
-        offset = 0
-        while offset + 4 <= len(data):
-            code, length = struct.unpack_from(endian + "HH", data, offset)
-            if code == 0:
-                return
-            yield code, data[offset + 4: offset + 4 + length]
-            offset += 4 + (length + 3) // 4 * 4
+    def _clean_end(source: _Source, boundary: int) -> bool:
+        """The file ended exactly where a record would start."""
+        return source.at_eof and source.position == boundary and not source.gzip_cut and source.error is None
 
-    def _interface(self, body: bytes, endian: str) -> Interface:
-        if len(body) < 8:
-            raise MalformedCapture(self.path, "pcapng interface block too short")
-        linktype, _reserved, snaplen = struct.unpack_from(endian + "HHI", body)
-        num, den, offset_s = 1000, 1, 0  # default resolution: microseconds
-        for code, value in self._options(body[8:], endian):
-            if code == 9 and value:  # if_tsresol
-                resolution = value[0]
-                if resolution & 0x80:
-                    num, den = 1_000_000_000, 1 << (resolution & 0x7F)
-                elif resolution <= 9:
-                    num, den = 10 ** (9 - resolution), 1
-                else:
-                    num, den = 1, 10 ** (resolution - 9)
-            elif code == 14 and len(value) == 8:  # if_tsoffset, seconds
-                offset_s = struct.unpack(endian + "q", value)[0]
-        return Interface(linktype, snaplen, num, den, offset_s)
+    def _stopped(self, source: _Source, boundary: int, where: str, exc: Exception | None = None) -> CaptureError:
+        """The error for scapy stopping before a clean end, ``where`` being what it was reading.
 
-    def _interface_at(self, index: int, packet_number: int) -> Interface:
-        if index >= len(self.interfaces):
-            raise MalformedCapture(self.path, f"packet {packet_number} refers to interface {index}, "
-                                   "which the file never described")
-        return self.interfaces[index]
+        ``exc`` is scapy's exception; its message, or else scapy's first warning, is the reason.
+        """
+        reason = _REASONS.take()
+        reason = str(exc) if exc is not None and str(exc) else reason
+        if source.error is not None:
+            return self._corrupt(source.error)
+        if source.gzip_cut:
+            return self._truncated("the gzip stream ends early")
+        if source.at_eof and source.position > boundary:
+            return self._truncated(f"inside {where}")
+        return MalformedCapture(self.path, f"{where} is malformed" + (f" ({reason})" if reason else ""))
 
-    def _packet_block(self, block_type: int, body: bytes, endian: str, number: int) -> RawPacket:
-        if block_type == 6:  # enhanced packet block
-            if len(body) < 20:
-                raise MalformedCapture(self.path, f"packet {number}: enhanced packet block too short")
-            index, high, low, caplen, wirelen = struct.unpack_from(endian + "IIIII", body)
-            start, time_ticks = 20, (high << 32) | low
-        elif block_type == 2:  # obsolete packet block
-            if len(body) < 20:
-                raise MalformedCapture(self.path, f"packet {number}: packet block too short")
-            index, _drops, high, low, caplen, wirelen = struct.unpack_from(endian + "HHIIII", body)
-            start, time_ticks = 20, (high << 32) | low
-        else:  # simple packet block: interface 0, no timestamp
-            if len(body) < 4:
-                raise MalformedCapture(self.path, f"packet {number}: simple packet block too short")
-            index, start, time_ticks = 0, 4, None
-            wirelen = struct.unpack_from(endian + "I", body)[0]
-            interface = self._interface_at(0, number)
-            caplen = min(wirelen, interface.snaplen_bytes or wirelen, len(body) - 4)
-        interface = self._interface_at(index, number)
-        if start + caplen > len(body):
-            raise MalformedCapture(self.path, f"packet {number} claims {caplen} captured bytes, "
-                                   f"its block holds {len(body) - start}")
-        time_ns = 0 if time_ticks is None else interface.to_ns(time_ticks)
-        return RawPacket(number, time_ns, interface.linktype, caplen, max(wirelen, caplen),
-                         body[start: start + caplen])
+    def _truncated(self, where: str) -> TruncatedCapture:
+        return TruncatedCapture(self.path, f"{where}: the file is cut short after {self.packets_read} "
+                                "complete packets (was tcpdump stopped cleanly?)")
 
-    def _statistics(self, body: bytes, endian: str) -> None:
-        if len(body) < 12:
-            return
-        index = struct.unpack_from(endian + "I", body)[0]
-        for code, value in self._options(body[12:], endian):
-            if code == 5 and len(value) == 8:  # isb_ifdrop: cumulative per interface
-                self._drops_by_interface[index] = struct.unpack(endian + "Q", value)[0]
-        self.kernel_drops = sum(self._drops_by_interface.values())
+    def _corrupt(self, exc: Exception) -> MalformedCapture:
+        return MalformedCapture(self.path, f"corrupt compressed data after {self.packets_read} packets ({exc})")
 
 
 def iter_packets(path: str | os.PathLike) -> Iterator[RawPacket]:

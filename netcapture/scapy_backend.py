@@ -1,7 +1,8 @@
 """The default backend: decode a capture in this process.
 
-Packets come from :mod:`netcapture.pcap`, headers from :mod:`netcapture.layers` (a
-``struct`` decoder for the common link types, scapy's dissectors for the rest), TCP is
+Packets come from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
+:mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
+dissectors for the rest), TCP is
 reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
 :mod:`netcapture.http2`, gRPC messages split by :mod:`netcapture.grpc`.
 
