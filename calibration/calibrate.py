@@ -17,12 +17,27 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   the tensor's size, fitted with Theil-Sen (robust to late records; slope and intercept
   kept non-negative), with R², n and the residuals. The uplink's record ends on the PS's clock and the capture runs on the worker's
   host: the same clock in the lab, synchronised clocks (NTP) on a real cluster.
+- **Flow control for the ``grpc`` model** per direction: the window timeline above (made
+  non-decreasing: BDP probing only raises windows) and the window-update delay, the median
+  time from a DATA frame that leaves the stream's or the connection's window below one
+  frame (16 KiB: a stall) to the receiver's WINDOW_UPDATE that raises it again. Where the
+  windows never ran out, no stall is seen and the delay is recorded as 0 with
+  ``stalls: 0`` (the model then never pauses either, at the same windows). The delay the
+  model uses is fitted between 0 and that measured time (:func:`_fit_update_delay`).
+- **Send-ready time** of a tensor, for the ``grpc`` model: when the sender hands it to
+  gRPC, the later of the receiver's request and the end of the op producing it. TF 2.21
+  records no node stats for ``_Send``; the receiver's RecvTensor record starts when its
+  request has met the sender's tensor, so its start is the send-ready time (checked on
+  the bundled captures: for a gradient it starts within 0.1 ms of the producing op's end;
+  where the sender's single executor thread runs ``_Send`` later, it starts later, and so
+  does the stream on the wire).
 - **Overhead placement**: where the overhead runs (on the receiver's compute resource as in
   ICPE, on a parse lane, or as a pure delay) is chosen so that the model reproduces the
   calibration run's own traced step time at W = 1 (:func:`choose_placement`).
 - **Model check** (ICPE Table 1): each traced step's streams of each direction are replayed
-  through the ``http2`` and ``fifo`` models, arrivals at the captured request times, sizes
-  from the capture, B and WIN as fitted; the relative error of every stream's end time is
+  through the ``http2`` and ``fifo`` models (arrivals at the captured request times, as
+  ICPE) and the ``grpc`` model (arrivals at the send-ready times, windows and update delay
+  as calibrated), sizes from the capture, B and WIN as fitted; the relative error of every stream's end time is
   ``|modelled − captured| / (captured − t0)`` with t0 the step's first request in that
   direction, over streams of at least ``min_stream_bytes`` (100 KB: a stream that ends a few
   ms after the step starts would make the relative error explode, FIELD-NOTES).
@@ -43,7 +58,7 @@ from tfsim.errors import InputError, RunDirError
 
 from calibration.cluster_file import CLUSTER_FORMAT
 from calibration.fit import LineFit, nonnegative_line
-from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
+from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
@@ -87,8 +102,16 @@ class Calibration:
     capture_notes: tuple[str, ...]
     placement: str = "compute"
     placement_check: dict = dataclasses.field(default_factory=dict)
+    flow_control: dict = dataclasses.field(default_factory=dict)
 
-    def to_cluster_json(self, default_transfer: str = "http2") -> dict:
+    @property
+    def default_transfer(self) -> str:
+        """``grpc`` for captures of TF 2.x, whose gRPC ICPE's ``http2`` model no longer fits."""
+        major = (self.tensorflow or "").split(".")[0]
+        return "grpc" if major.isdigit() and int(major) >= 2 else "http2"
+
+    def to_cluster_json(self, default_transfer: str | None = None) -> dict:
+        default_transfer = default_transfer or self.default_transfer
         error = self.model_error.get(default_transfer, {}).get("all", {})
         return {
             "format": CLUSTER_FORMAT,
@@ -104,6 +127,7 @@ class Calibration:
                              "residual_median_abs_s": f.residual_median_abs, "residual_p95_abs_s": f.residual_p95_abs,
                              "method": f.method} for d, f in self.overhead.items()},
             "overhead_placement": self.placement,
+            "flow_control": self.flow_control,
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
@@ -179,6 +203,43 @@ def _window(samples: list[StreamSample], capture) -> tuple[dict, dict]:
     return windows, timelines
 
 
+STALL_WINDOW_BYTES = 16_384  # less than one DATA frame of the default size: the sender must wait
+
+
+def _update_delays(timeline) -> list[float]:
+    """Seconds from each stall (a DATA frame leaving a window below one frame) of one
+    flow-control timeline to the WINDOW_UPDATE that raised that window again."""
+    delays = []
+    for samples in (timeline.connection_window, timeline.stream_windows):
+        stalled_at: dict[int, float] = {}
+        for sample in samples:
+            if sample.cause == "data" and sample.window_bytes < STALL_WINDOW_BYTES:
+                stalled_at[sample.stream_id] = sample.time_s
+            elif sample.cause == "window_update" and sample.stream_id in stalled_at:
+                delays.append(sample.time_s - stalled_at.pop(sample.stream_id))
+    return delays
+
+
+def _flow_control(samples: list[StreamSample], capture, timelines: dict) -> dict:
+    """Per direction: the ``grpc`` model's window timeline and window-update delay."""
+    out = {}
+    for direction in DIRECTIONS:
+        delays = []
+        for timeline in capture.flow_control:
+            if not timeline.data_from_client and _direction_of_timeline(timeline, samples, capture) == direction:
+                delays.extend(_update_delays(timeline))
+        points, highest = [], 0
+        for point in timelines.get(direction) or []:
+            highest = max(highest, int(point["window_bytes"]))
+            points.append({"t_s": max(float(point["t_s"]), 0.0), "window_bytes": highest})
+        if not points:
+            continue
+        out[direction] = {"window_timeline": points,
+                          "update_delay_s": float(np.median(delays)) if delays else 0.0,
+                          "stalls": len(delays)}
+    return out
+
+
 def _direction_of_timeline(timeline, samples, capture) -> str | None:
     direction_of = {s.tensor_name: s.direction for s in samples}
     for stream in capture.recv_tensor_streams():
@@ -200,10 +261,47 @@ def _overhead(samples: list[StreamSample]) -> tuple[dict, LineFit]:
     return fits, pooled
 
 
-def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict,
+def _fit_update_delay(samples, bandwidth: dict, windows: dict, flow_control: dict) -> dict:
+    """Choose each direction's update delay, between 0 and the measured stall-to-update time,
+    as the one whose ``grpc`` replay best reproduces the captured end times (median error).
+
+    The model returns a chunk's bytes all at once, one delay after the chunk ends; gRPC's
+    receiver returns them frame by frame as it reads them, so a window-limited stream moves
+    faster than "send a window, wait a delay" would. The stall-to-update time over-states
+    the delay the model needs; it is kept as ``update_delay_measured_s``.
+    """
+    out = {}
+    for direction, entry in flow_control.items():
+        measured = entry["update_delay_s"]
+        candidates = sorted({0.0, measured} | {measured * f for f in (0.125, 0.25, 0.5)})
+        mine = [s for s in samples if s.direction == direction]
+
+        def median_error(delay):
+            trial = {direction: {**entry, "update_delay_s": delay}}
+            check = model_check(mine, bandwidth, windows, trial)
+            return check["grpc"].get(direction, {}).get("median") or math.inf
+
+        best = min(candidates, key=lambda d: (median_error(d), d))
+        out[direction] = {**entry, "update_delay_s": best, "update_delay_measured_s": measured}
+    return out
+
+
+def flow_control_model(entry: dict | None):
+    """A :class:`simulate.cluster.FlowControl` from one direction of CLUSTER.json's ``flow_control``."""
+    from simulate.cluster import FlowControl
+
+    if not entry:
+        return FlowControl()
+    return FlowControl(tuple((p["t_s"], p["window_bytes"]) for p in entry["window_timeline"]),
+                       entry.get("update_delay_s", 0.0))
+
+
+def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict, flow_control: dict | None = None,
                 min_stream_bytes: int = MIN_STREAM_BYTES) -> dict:
     """Relative end-time errors of each transfer model, per direction and over both (ICPE Table 1)."""
-    errors: dict[str, dict[str, list]] = {m: defaultdict(list) for m in ("http2", "fifo")}
+    errors: dict[str, dict[str, list]] = {m: defaultdict(list) for m in ("http2", "grpc", "fifo")}
+    flows = {d: flow_control_model((flow_control or {}).get(d)) for d in DIRECTIONS}
+    start = min((s.request_s for s in samples), default=0.0)
     by_step: dict[tuple[str, str], list[StreamSample]] = defaultdict(list)
     for s in samples:
         by_step[(s.step_file, s.direction)].append(s)
@@ -214,7 +312,10 @@ def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict,
         t0 = arrival.min()
         big = size >= min_stream_bytes
         win = windows.get(direction) or math.inf
+        ready = np.array([s.send_ready_s for s in streams])
+        grpc_ends = replay_grpc(ready - t0, size, bandwidth[direction], flows[direction], time_offset_s=t0 - start)
         for model, ends in (("http2", replay_http2(arrival - t0, size, bandwidth[direction], win)),
+                            ("grpc", grpc_ends),
                             ("fifo", replay_fifo(arrival - t0, size, bandwidth[direction]))):
             errs = relative_errors(ends + t0, actual, t0)[big]
             errors[model][direction].extend(errs.tolist())
@@ -268,11 +369,13 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     if not samples:
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
+    flow_control = _fit_update_delay(samples, bandwidth, windows, _flow_control(samples, capture, timelines))
     fits, pooled = _overhead(samples)
     calibration = Calibration(
         run_dir=str(run_dir), bandwidth_Bps=bandwidth, bandwidth_spread_Bps=spread, busy_rate_Bps=_busy_rate(samples),
         window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
-        model_error=model_check(samples, bandwidth, windows), samples=tuple(samples),
+        model_error=model_check(samples, bandwidth, windows, flow_control), samples=tuple(samples),
+        flow_control=flow_control,
         tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
     )
     from tfprofile.rundir import profile_from_run_dir

@@ -5,7 +5,9 @@ Required keys: ``format``, ``bandwidth_Bps`` (``downlink``, ``uplink``: bytes/s)
 ``alpha_s_per_byte`` and ``beta_s`` (parsing overhead). Optional: ``overhead`` with
 ``downlink``/``uplink`` objects holding their own ``alpha_s_per_byte``/``beta_s`` where the
 two directions differ; ``overhead_placement`` (``compute``, ICPE's, or ``lane``);
-``default_transfer``; ``http2_model_error`` and
+``flow_control`` (per direction: ``window_timeline`` as ``{t_s, window_bytes}`` points and
+``update_delay_s``, for the ``grpc`` transfer model); ``default_transfer`` (``grpc`` or
+``http2``); ``http2_model_error`` and
 ``transfer_model_error`` (written by ``tfsim calibrate``); ``provenance``.
 """
 
@@ -19,7 +21,7 @@ from pathlib import Path
 from tfsim.errors import InputError, UsageError
 from tfsim.fileio import write_json
 
-from simulate.cluster import ClusterModel, Overhead, OverheadPlacement
+from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 
 CLUSTER_FORMAT = "tfsim.cluster/1"
 
@@ -55,21 +57,53 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         overheads = {}
         for direction in ("downlink", "uplink"):
             entry = per_direction.get(direction) or {}
+            if not isinstance(entry, dict):
+                raise ClusterFormatError(source, "overhead must map downlink/uplink to objects")
             overheads[direction] = Overhead(
                 _number(source, entry, "alpha_s_per_byte") if "alpha_s_per_byte" in entry else alpha,
                 _number(source, entry, "beta_s") if "beta_s" in entry else beta)
         placement_name = data.get("overhead_placement", OverheadPlacement.COMPUTE.value)
         placements = {p.value: p for p in OverheadPlacement}
-        if placement_name not in placements:
+        if not isinstance(placement_name, str) or placement_name not in placements:
             raise ClusterFormatError(source, f"overhead_placement must be one of {', '.join(placements)}, "
                                              f"not {placement_name!r}")
+        flows = _flow_control(source, data.get("flow_control"))
+        default_transfer = data.get("default_transfer", "http2")
+        if default_transfer not in ("http2", "grpc", "fifo"):
+            raise ClusterFormatError(source, f"default_transfer must be http2, grpc or fifo, not {default_transfer!r}")
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
                             overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
-                            calibrated=True, source=str(source))
+                            flow_downlink=flows["downlink"], flow_uplink=flows["uplink"],
+                            default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, err.problem) from None
     except AttributeError:
         raise ClusterFormatError(source, "overhead must map downlink/uplink to objects") from None
+
+
+def _flow_control(source, data) -> dict[str, FlowControl]:
+    """``flow_control`` of CLUSTER.json as one :class:`FlowControl` per direction (unlimited where absent)."""
+    if data is None:
+        return {"downlink": FlowControl(), "uplink": FlowControl()}
+    if not isinstance(data, dict):
+        raise ClusterFormatError(source, "flow_control must map downlink/uplink to objects")
+    out = {}
+    for direction in ("downlink", "uplink"):
+        entry = data.get(direction)
+        if entry is None:
+            out[direction] = FlowControl()
+            continue
+        points = entry.get("window_timeline") if isinstance(entry, dict) else None
+        if not isinstance(points, list) or not points or not all(isinstance(p, dict) for p in points):
+            raise ClusterFormatError(source, f"flow_control.{direction}.window_timeline must be a non-empty list "
+                                             f"of {{t_s, window_bytes}} objects")
+        timeline = tuple((_number(source, p, "t_s"), _number(source, p, "window_bytes")) for p in points)
+        delay = _number(source, entry, "update_delay_s") if "update_delay_s" in entry else 0.0
+        try:
+            out[direction] = FlowControl(timeline, delay)
+        except UsageError as err:
+            raise ClusterFormatError(source, f"flow_control.{direction}: {err.problem}") from None
+    return out
 
 
 def load_cluster(path: str | os.PathLike) -> ClusterModel:
@@ -81,6 +115,8 @@ def load_cluster(path: str | os.PathLike) -> ClusterModel:
         raise ClusterFormatError(path, "no such file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ClusterFormatError(path, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ClusterFormatError(path, "not a cluster file (JSON nested too deeply)") from None
     return cluster_from_dict(data, str(path))
 
 

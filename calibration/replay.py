@@ -84,39 +84,45 @@ def error_summary(errors) -> dict:
             "p95": float(np.percentile(errors, 95)), "max": float(errors.max()), "n": int(errors.size)}
 
 
-def replay_grpc(ready_s, size_bytes, rate_Bps: float, stream_window_bytes, connection_window_bytes: float,
-                update_delay_s: float) -> np.ndarray:
-    """Today's gRPC (SPEC §3 ``grpc``): whole streams in send-ready order, each sending until its
-    stream window or the connection window runs out, then pausing until the receiver's
-    WINDOW_UPDATE arrives ``update_delay_s`` later; other ready streams use the link meanwhile.
-
-    ``stream_window_bytes`` is one value or one per stream (the receiver's window when the
-    stream starts). Every chunk's bytes return to the connection window ``update_delay_s``
-    after the chunk ends; a stream that used up its own window gets it back then too, and
-    rejoins the back of the queue.
+def replay_grpc(ready_s, size_bytes, rate_Bps: float, flow, time_offset_s: float = 0.0) -> np.ndarray:
+    """Today's gRPC (SPEC §3 ``grpc``), with the semantics of :mod:`simulate.kernel`'s ``grpc``
+    links: whole streams in send-ready order; each chunk is as much of the head stream as
+    its stream window and the connection window allow; a chunk's bytes come back to both
+    windows ``flow.update_delay_s`` after it ends. A stream out of its own window pauses and
+    rejoins the back of the queue when its bytes come back; a stream held up only by the
+    connection window stays at the head. Windows follow ``flow.window_timeline``
+    (:class:`simulate.cluster.FlowControl`), read at ``time_offset_s + t``.
     """
     ready, size = _check(ready_s, size_bytes, rate_Bps)
+    timeline = flow.window_timeline
+
+    def window(t):
+        value = timeline[0][1]
+        for when, v in timeline[1:]:
+            if when > t + time_offset_s:
+                break
+            value = v
+        return value
+
     n = size.size
-    window = np.broadcast_to(np.asarray(stream_window_bytes, dtype=float), size.shape).copy()
-    if (window <= 0).any() or not connection_window_bytes > 0 or update_delay_s < 0:
-        raise UsageError("replay", "windows must be positive and the update delay non-negative")
     order = np.argsort(ready, kind="stable")
     end = np.full(n, np.nan)
     remaining = size.copy()
-    credit = window.copy()
-    conn = float(connection_window_bytes)
+    sent = np.zeros(n)
+    paused = np.zeros(n, dtype=bool)
+    conn_used = 0.0
     queue: deque[int] = deque()
-    returns: list[tuple[float, float, int]] = []  # (time, bytes back to the connection, stream to re-queue or -1)
+    returns: deque[tuple[float, float, int]] = deque()  # in time order: the delay is constant
     now, k = 0.0, 0
-    while k < n or queue or returns:
-        # Everything that has happened by now: arrivals, and window updates in time order.
-        returns.sort()
+    while True:
         while returns and returns[0][0] <= now:
-            _, back, stream = returns.pop(0)
-            conn += back
+            _, back, stream = returns.popleft()
+            conn_used -= back
             if stream >= 0:
-                credit[stream] = window[stream]
-                queue.append(stream)
+                sent[stream] -= back
+                if paused[stream] and sent[stream] < window(now):
+                    paused[stream] = False
+                    queue.append(stream)
         while k < n and ready[order[k]] <= now:
             stream = int(order[k])
             k += 1
@@ -124,25 +130,24 @@ def replay_grpc(ready_s, size_bytes, rate_Bps: float, stream_window_bytes, conne
                 end[stream] = max(now, ready[stream])
             else:
                 queue.append(stream)
-        if not queue or conn <= 0:
-            nexts = [t for t, _, _ in returns[:1]] + ([ready[order[k]]] if k < n else [])
-            if not nexts:
-                break
-            now = max(now, min(nexts))
+        win = window(now)
+        if queue and conn_used < win:
+            stream = queue[0]
+            chunk = min(remaining[stream], win - sent[stream], win - conn_used)
+            now += chunk / rate_Bps
+            remaining[stream] -= chunk
+            sent[stream] += chunk
+            conn_used += chunk
+            done = remaining[stream] <= 0
+            returns.append((now + flow.update_delay_s, chunk, -1 if done else stream))
+            if done:
+                queue.popleft()
+                end[stream] = now
+            elif sent[stream] >= window(now):
+                queue.popleft()
+                paused[stream] = True
             continue
-        stream = queue[0]
-        chunk = min(remaining[stream], credit[stream], conn)
-        now += chunk / rate_Bps
-        remaining[stream] -= chunk
-        credit[stream] -= chunk
-        conn -= chunk
-        if remaining[stream] <= 0:
-            queue.popleft()
-            end[stream] = now
-            returns.append((now + update_delay_s, chunk, -1))
-        elif credit[stream] <= 0:
-            queue.popleft()
-            returns.append((now + update_delay_s, chunk, stream))
-        else:  # held up by the connection window: stays at the head
-            returns.append((now + update_delay_s, chunk, -1))
-    return end
+        upcoming = ([returns[0][0]] if returns else []) + ([ready[order[k]]] if k < n else [])
+        if not upcoming:
+            return end
+        now = max(now, min(upcoming))

@@ -52,6 +52,42 @@ class Overhead:
         return self.alpha_s_per_byte * size_bytes + self.beta_s
 
 
+@dataclasses.dataclass(frozen=True)
+class FlowControl:
+    """HTTP/2 flow control of one direction, as today's gRPC runs it (SPEC §3 ``grpc``).
+
+    Attributes:
+        window_timeline: ``(time_s, window_bytes)`` pairs, times ascending from the start of
+            the run, windows non-decreasing (BDP probing only raises them). The first value
+            holds from time 0. It is both every stream's window and the connection's.
+        update_delay_s: from the moment a chunk ends to the receiver's WINDOW_UPDATE that
+            returns its bytes, as the sender sees it.
+
+    The default is no flow control: an unlimited window.
+    """
+
+    window_timeline: tuple[tuple[float, float], ...] = ((0.0, math.inf),)
+    update_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        timeline = tuple((float(t), float(v)) for t, v in self.window_timeline)
+        if not timeline:
+            raise UsageError("window_timeline", "needs at least one (time_s, window_bytes) entry")
+        for (t0, v0), (t1, v1) in zip(timeline, timeline[1:]):
+            if not (t1 >= t0 and v1 >= v0):
+                raise UsageError("window_timeline", "times must ascend and windows must not shrink")
+        for t, v in timeline:
+            if not (math.isfinite(t) and v > 0):
+                raise UsageError("window_timeline", f"({t}, {v}) needs a finite time and a positive window")
+        object.__setattr__(self, "window_timeline", timeline)
+        object.__setattr__(self, "update_delay_s", check_non_negative(self.update_delay_s, "update_delay_s"))
+
+    @property
+    def steady_window_bytes(self) -> float:
+        """The window the timeline settles at."""
+        return self.window_timeline[-1][1]
+
+
 class OverheadPlacement(enum.Enum):
     """Where the parsing overhead of a received tensor runs.
 
@@ -77,6 +113,10 @@ class ClusterModel:
         win_bytes: HTTP/2 flow-control window WIN of ICPE's multiplexing model (inf: no split).
         overhead_downlink, overhead_uplink: parsing overhead on the receiver of each direction.
         overhead_placement: where parsing runs (:class:`OverheadPlacement`).
+        flow_downlink, flow_uplink: HTTP/2 flow control of each direction for the ``grpc``
+            transfer model (:class:`FlowControl`; unlimited windows when not calibrated).
+        default_transfer: the transfer model predictions use unless told otherwise
+            (``grpc`` for clusters calibrated from TF 2.x captures, else ``http2``).
         calibrated: False when built from a bandwidth alone.
         source: where the numbers come from (a CLUSTER.json path, or "bandwidth only").
     """
@@ -87,6 +127,9 @@ class ClusterModel:
     overhead_downlink: Overhead = Overhead()
     overhead_uplink: Overhead = Overhead()
     overhead_placement: OverheadPlacement = OverheadPlacement.COMPUTE
+    flow_downlink: FlowControl = FlowControl()
+    flow_uplink: FlowControl = FlowControl()
+    default_transfer: str = "http2"
     calibrated: bool = True
     source: str = ""
 

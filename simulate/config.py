@@ -35,6 +35,7 @@ class Transfer(enum.Enum):
     HTTP2 = "http2"        # ICPE's model of gRPC's HTTP/2 multiplexing: at most one preemption per stream
     FIFO = "fifo"          # flow control off: whole streams in the order they became ready
     PRIORITY = "priority"  # flow control off, order enforced: lowest priority number first
+    GRPC = "grpc"          # today's gRPC: whole streams in send-ready order, pausing where a window runs out
 
 
 def parse_enum(kind: type[enum.Enum], text: str, option: str) -> enum.Enum:

@@ -21,7 +21,7 @@ from simulate.cluster import ClusterModel
 from simulate.config import Mode, Sharing, SimConfig, Transfer
 from simulate.prepare import SimGraph
 
-_SCHED = {Transfer.HTTP2: 1, Transfer.FIFO: 0, Transfer.PRIORITY: 2}
+_SCHED = {Transfer.HTTP2: 1, Transfer.FIFO: 0, Transfer.PRIORITY: 2, Transfer.GRPC: 3}
 _SHARE = {Sharing.PS: 0, Sharing.FCFS: 1, Sharing.FLOW_CAP: 2}
 
 
@@ -108,6 +108,13 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
                 slot_host[w * n_slots + 2 * M + 1 + m] = col.server_host[m]
                 slot_host[w * n_slots + 3 * M + 2 + m] = col.server_host[m]
         host_cores = np.array(col.cores, dtype=np.float64)
+    flows = (cluster.flow_downlink, cluster.flow_uplink)
+    K = max(len(f.window_timeline) for f in flows)
+    win_t = np.zeros((2, K))
+    win_v = np.zeros((2, K))
+    for d, flow in enumerate(flows):
+        for j, (t, v) in enumerate(flow.window_timeline):
+            win_t[d, j], win_v[d, j] = t, v
     rng = np.random.default_rng(config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
     trace_cap = W * config.trace_steps * 2 * graph.n_ops if config.trace_steps else 0
@@ -118,6 +125,8 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         sharing=sharing, flow_cap=float(config.flow_cap_Bps or math.inf),
         win_bytes=float(cluster.win_bytes) if config.transfer is Transfer.HTTP2 else math.inf,
         sync=config.mode is not Mode.ASYNC, slot_host=slot_host, host_cores=host_cores,
+        win_t=win_t, win_v=win_v, win_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
+        update_delay=np.array([f.update_delay_s for f in flows]),
         trace_steps=config.trace_steps, trace_w=np.zeros((trace_cap, 3), dtype=np.int64),
         trace_op=np.zeros(trace_cap, dtype=np.int64), trace_t=np.zeros((trace_cap, 2)),
     )

@@ -14,6 +14,13 @@ speed:
   and re-keyed. Everything else is untouched.
 - Ready ops wait in a ring buffer per slot (FIFO, and HTTP/2's round of streams), or, for
   an enforced transfer order, in a binary heap keyed by (priority, sequence number).
+- ``grpc`` links (SPEC §3) keep per-connection flow control: the bytes in flight that the
+  receiver has not yet returned by WINDOW_UPDATE, per connection and per stream. A chunk
+  is as much of the head stream as both windows allow. Its bytes come back one
+  window-update delay after it ends, through a ring buffer per link slot (returns are
+  created in time order and the delay is constant, so the buffer stays sorted), served by
+  a **timer entry** ``G + g`` in the same heap: at equal times chunk ends (``g < G``) come
+  before window returns, which come in slot order.
 
 Work is in bytes for transfers and in seconds for computation; a rate is bytes/s or
 seconds of work per second.
@@ -24,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-SCHED_FIFO, SCHED_HTTP2, SCHED_PRIORITY = 0, 1, 2
+SCHED_FIFO, SCHED_HTTP2, SCHED_PRIORITY, SCHED_GRPC = 0, 1, 2, 3
 SHARE_PS, SHARE_FCFS, SHARE_FLOW_CAP, SHARE_NONE = 0, 1, 2, 3
 
 # counters[...] indices
@@ -194,15 +201,35 @@ def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir
         left -= share
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _window(win_t, win_v, win_n, d, now):
+    """The receiver's window in direction ``d`` at time ``now`` (its calibrated timeline)."""
+    value = win_v[d, 0]
+    for j in range(1, win_n[d]):
+        if win_t[d, j] > now:
+            break
+        value = win_v[d, j]
+    return value
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n, d, now):
+    """True when ``g`` is a grpc link whose connection window is used up."""
+    return slot_sched[slot] == SCHED_GRPC and conn_used[g] >= _window(win_t, win_v, win_n, d, now)
+
 
 @njit(cache=True, error_model="numpy")
 def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, n_slots, slot_link, slot_sched,
                slot_cap, link_capacity, link_dir, n_servers, sharing, flow_cap, win_bytes, sync, slot_host,
-               host_cores, trace_steps, trace_w, trace_op, trace_t):
+               host_cores, win_t, win_v, win_n, update_delay, trace_steps, trace_w, trace_op, trace_t):
     """Simulate every worker's steps; return (step_start, step_end, op_events, trace_count).
 
     ``samples[w, k]`` is the profiled step that worker ``w`` replays as its k-th step.
     Traces (chunks of each worker's first ``trace_steps`` steps) go to ``trace_*``.
+
+    ``win_t``/``win_v`` (2, K) hold each direction's window timeline (``win_n[d]`` entries,
+    times ascending, values non-decreasing) and ``update_delay[d]`` its window-update delay;
+    only ``grpc`` links use them.
 
     Each event runs three phases. (1) The finished chunk's op releases its dependents
     (in successor order) and its own slot takes its next chunk, as actions on a list that
@@ -225,9 +252,10 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     cur_t = np.zeros(G)
     cur_t0 = np.zeros(G)
     stamp = np.full(G, -1, dtype=np.int64)
-    heap = np.empty(G, dtype=np.int64)
-    hpos = np.full(G, -1, dtype=np.int64)
-    ev_t = np.full(G, np.inf)
+    # Heap entries 0..G-1 are chunk slots, G..2G-1 the window-return timers of grpc links.
+    heap = np.empty(2 * G, dtype=np.int64)
+    hpos = np.full(2 * G, -1, dtype=np.int64)
+    ev_t = np.full(2 * G, np.inf)
     slot_off = np.zeros(n_slots + 1, dtype=np.int64)
     for s in range(n_slots):
         slot_off[s + 1] = slot_off[s] + slot_cap[s]
@@ -243,6 +271,25 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     qhead = np.zeros(G, dtype=np.int64)
     srem = np.zeros(n_workers * n_ops)
     sserved = np.zeros(n_workers * n_ops, dtype=np.bool_)
+    # grpc flow control: bytes not yet returned per stream and per connection, the paused
+    # streams, and each link slot's pending returns (time, bytes, stream op or -1).
+    ssent = np.zeros(n_workers * n_ops)
+    spaused = np.zeros(n_workers * n_ops, dtype=np.bool_)
+    conn_used = np.zeros(G)
+    cur_size = np.zeros(G)
+    ret_cap = np.zeros(n_slots, dtype=np.int64)
+    for s in range(n_slots):
+        if slot_sched[s] == SCHED_GRPC:
+            ret_cap[s] = 2 * slot_cap[s] + 8
+    ret_off = np.zeros(n_slots + 1, dtype=np.int64)
+    for s in range(n_slots):
+        ret_off[s + 1] = ret_off[s] + ret_cap[s]
+    ret_total = max(n_workers * ret_off[n_slots], 1)
+    ret_t = np.empty(ret_total)
+    ret_b = np.empty(ret_total)
+    ret_o = np.empty(ret_total, dtype=np.int64)
+    ret_head = np.zeros(G, dtype=np.int64)
+    ret_len = np.zeros(G, dtype=np.int64)
     waiting = np.empty(n_workers * n_ops, dtype=np.int64)
     ops_left = np.zeros(n_workers, dtype=np.int64)
     step_k = np.zeros(n_workers, dtype=np.int64)
@@ -290,25 +337,29 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             n_act += 1
     ev_w = -1  # the worker whose chunk just finished (-1: the initial pseudo-event)
     ev_g = -1
+    ev_timer = False
 
     while True:
         # ---- phase 2: carry out the actions
         n_pend = 0
         i = 0
-        step_checked = ev_w < 0
+        step_checked = ev_w < 0 or ev_timer  # a window return ends no op, hence no step
         while True:
             while i < n_act:
                 w = act_w[i]
                 kind = act_kind[i]
                 to_start = -1
-                if kind == 0:
+                if kind != 1:  # 0: an op is ready; 2: a paused grpc stream got its window back
                     op = act_x[i]
                     slot = op_slot[op]
                     g = w * n_slots + slot
-                    if slot_link[slot] >= 0:
+                    if kind == 0 and slot_link[slot] >= 0:
                         srem[w * n_ops + op] = work[samples[w, step_k[w]], op]
                         sserved[w * n_ops + op] = False
-                    if cur_op[g] >= 0 or qlen[g] > 0:
+                        ssent[w * n_ops + op] = 0.0
+                    if cur_op[g] >= 0 or qlen[g] > 0 or _grpc_blocked(
+                            slot_sched, slot, conn_used, g, win_t, win_v, win_n, link_dir[max(slot_link[slot], 0)],
+                            now):
                         if slot_sched[slot] == SCHED_PRIORITY:
                             _q_push(qp, qs, qo, qlen, qbase, g, priority[op], seq, op)
                             seq += 1
@@ -324,7 +375,8 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     slot = act_x[i]
                     g = w * n_slots + slot
                     if cur_op[g] < 0:
-                        if qlen[g] > 0:
+                        if qlen[g] > 0 and not _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n,
+                                                             link_dir[max(slot_link[slot], 0)], now):
                             if slot_sched[slot] == SCHED_PRIORITY:
                                 to_start = _q_pop(qp, qs, qo, qlen, qbase, g)
                             else:
@@ -336,7 +388,11 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                         else:
                             link = slot_link[slot]
                             if link >= 0:
-                                # The worker leaves the link; the others keep their order (FCFS).
+                                if not member[link, w]:
+                                    i += 1  # already off the link (a grpc connection waiting for its window)
+                                    continue
+                                # The worker leaves the link (nothing to send, or a grpc connection
+                                # out of window); the others keep their order (FCFS).
                                 n = link_n[link]
                                 pos = 0
                                 while link_list[link, pos] != w:
@@ -376,6 +432,19 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                                 tail -= slot_cap[slot]
                             qo[qbase[g] + tail] = op
                             qlen[g] += 1
+                        elif slot_sched[slot] == SCHED_GRPC:
+                            # As much of the head stream as the stream and connection windows allow.
+                            win = _window(win_t, win_v, win_n, link_dir[link], now)
+                            chunk = rem
+                            if win - ssent[k] < chunk:
+                                chunk = win - ssent[k]
+                            if win - conn_used[g] < chunk:
+                                chunk = win - conn_used[g]
+                            ssent[k] += chunk
+                            conn_used[g] += chunk
+                            srem[k] = rem - chunk
+                            last = srem[k] <= 0.0
+                            cur_size[g] = chunk
                         else:
                             chunk = rem
                             srem[k] = 0.0
@@ -428,7 +497,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                         act_x[n_act] = r
                         n_act += 1
 
-        if ev_w >= 0 and cur_op[ev_g] < 0:
+        if ev_w >= 0 and not ev_timer and cur_op[ev_g] < 0:
             _heap_remove(heap, hpos, ev_t, counters, ev_g)
 
         # ---- phase 3: settle rates where the set of busy workers changed, and for new chunks
@@ -503,6 +572,44 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
         # The finished slot stays in the heap: if it takes a new chunk, phase 3 re-keys it in
         # place (one sift instead of a pop and a push); if it goes idle, it is removed then.
         now = ev_t[g]
+        if g >= G:
+            # Window returns of grpc link slot g - G: connection bytes back, paused streams resume.
+            gl = g - G
+            w = gl // n_slots
+            slot = gl - w * n_slots
+            d = link_dir[slot_link[slot]]
+            base = w * ret_off[n_slots] + ret_off[slot]
+            n_act = 0
+            while ret_len[gl] > 0 and ret_t[base + ret_head[gl]] <= now:
+                j = base + ret_head[gl]
+                conn_used[gl] -= ret_b[j]
+                op = ret_o[j]
+                if op >= 0:
+                    kk = w * n_ops + op
+                    ssent[kk] -= ret_b[j]
+                    if spaused[kk] and ssent[kk] < _window(win_t, win_v, win_n, d, now):
+                        spaused[kk] = False
+                        act_kind[n_act] = 2
+                        act_w[n_act] = w
+                        act_x[n_act] = op
+                        n_act += 1
+                ret_head[gl] += 1
+                if ret_head[gl] == ret_cap[slot]:
+                    ret_head[gl] = 0
+                ret_len[gl] -= 1
+            if ret_len[gl] > 0:
+                _heap_set(heap, hpos, ev_t, counters, g, ret_t[base + ret_head[gl]])
+            else:
+                _heap_remove(heap, hpos, ev_t, counters, g)
+            act_kind[n_act] = 1
+            act_w[n_act] = w
+            act_x[n_act] = slot
+            n_act += 1
+            ev_w = w
+            ev_g = g
+            ev_timer = True
+            continue
+        ev_timer = False
         w = g // n_slots
         slot = g - w * n_slots
         op = cur_op[g]
@@ -517,6 +624,34 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             n_trace += 1
         cur_op[g] = -1
         n_act = 0
+        if slot_sched[slot] == SCHED_GRPC:
+            # The receiver returns this chunk's bytes one update delay from now. A stream that
+            # is not finished either waits for its own window (paused) or, held up only by the
+            # connection window, stays at the head of the queue.
+            d = link_dir[slot_link[slot]]
+            kk = w * n_ops + op
+            if ret_len[g] == ret_cap[slot]:
+                raise ValueError("grpc window-return buffer overflow")
+            base = w * ret_off[n_slots] + ret_off[slot]
+            tail = ret_head[g] + ret_len[g]
+            if tail >= ret_cap[slot]:
+                tail -= ret_cap[slot]
+            ret_t[base + tail] = now + update_delay[d]
+            ret_b[base + tail] = cur_size[g]
+            ret_o[base + tail] = -1 if cur_last[g] else op
+            ret_len[g] += 1
+            if ret_len[g] == 1:
+                _heap_set(heap, hpos, ev_t, counters, G + g, now + update_delay[d])
+            if not cur_last[g]:
+                if ssent[kk] >= _window(win_t, win_v, win_n, d, now):
+                    spaused[kk] = True
+                else:
+                    h = qhead[g] - 1
+                    if h < 0:
+                        h += slot_cap[slot]
+                    qhead[g] = h
+                    qo[qbase[g] + h] = op
+                    qlen[g] += 1
         if cur_last[g]:
             ops_left[w] -= 1
             op_events += 1

@@ -29,6 +29,7 @@ class Chunk:
     op: int
     remaining: object
     is_last: bool
+    size: object = 0  # bytes of a grpc chunk, returned to the windows after the update delay
 
 
 @dataclass
@@ -69,6 +70,24 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     flow_cap = numeric(config.flow_cap_Bps) if config.flow_cap_Bps else None
     sharing = None if config.mode is Mode.ALLREDUCE else config.sharing
     hosts = config.colocation
+    grpc = config.transfer is Transfer.GRPC
+    flows = {0: cluster.flow_downlink, 2: cluster.flow_uplink}
+    conn_used = {}   # (w, link) -> bytes not yet returned by the receiver
+    stream_sent = {}  # (w, op) -> bytes not yet returned
+    paused = set()
+    returns = []     # (time, w, link, bytes, op or -1), in creation order
+
+    def window(order):
+        """SPEC §3 grpc: the window of the direction's calibrated timeline in force now."""
+        value = None
+        for t, v in flows[order].window_timeline:
+            if value is not None and t > now:
+                break
+            value = v
+        return numeric(value) if value != math.inf else math.inf
+
+    def blocked(w, r):
+        return grpc and r[0] in (0, 2) and conn_used.get((w, r), 0) >= window(r[0])
 
     scheduler = {(w, r): Scheduler() for w in range(W) for r in set(res_of)}
     stream_left = {}
@@ -141,6 +160,13 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         if not is_link[op]:
             return Chunk(w, r, op, work_of(w, op), True)
         left = stream_left[(w, op)]
+        if grpc:
+            gwin = window(r[0])
+            chunk = min(left, gwin - stream_sent[(w, op)], gwin - conn_used.get((w, r), 0))
+            stream_sent[(w, op)] += chunk
+            conn_used[(w, r)] = conn_used.get((w, r), 0) + chunk
+            stream_left[(w, op)] = left - chunk
+            return Chunk(w, r, op, chunk, stream_left[(w, op)] <= 0, chunk)
         if (config.transfer is Transfer.HTTP2 and (w, op) not in served_once and win != math.inf
                 and left > numeric(win)):
             served_once.add((w, op))
@@ -156,12 +182,13 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         scheduler[(w, r)].items.append((key, seq[0], op))
         seq[0] += 1
 
-    def start(w, op):
+    def start(w, op, resume=False):
         r = res_of[op]
-        if is_link[op]:
+        if is_link[op] and not resume:
             stream_left[(w, op)] = work_of(w, op)
+            stream_sent[(w, op)] = numeric(0)
             served_once.discard((w, op))
-        if using(w, r):
+        if using(w, r) or blocked(w, r):
             add(w, op)  # just queue it
         else:
             if r[0] in (0, 2):
@@ -180,7 +207,42 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     for w in range(W):
         start_step(w)
 
-    while Q:
+    def take_next(w, r):
+        """The resource is free: its next chunk, or the worker leaves the link."""
+        if scheduler[(w, r)] and not blocked(w, r):
+            if r[0] in (0, 2) and w not in active[r]:
+                active[r].append(w)  # back on the link after waiting for its window
+            Q.append(remove_chunk(w, r))
+        elif r[0] in (0, 2) and w in active[r]:
+            active[r].remove(w)
+
+    while Q or returns:
+        next_end = min((x.remaining / rate(x) if x.remaining > 0 and rate(x) > 0 else
+                        (numeric(0) if x.remaining <= 0 else math.inf)) for x in Q) if Q else math.inf
+        if returns and min(returns)[0] < now + next_end:
+            # Window returns strictly before the next chunk end (at a tie the chunk ends first);
+            # at one time, link slots in (worker, resource) order.
+            t = min(returns)[0]
+            if Q:
+                etas_now = {id(x): rate(x) for x in Q}
+                for x in Q:
+                    x.remaining -= (t - now) * etas_now[id(x)]
+            now = t
+            due = sorted({(w, r) for (tt, w, r, _, _) in returns if tt <= now}, key=lambda k: (k[0], k[1]))
+            w, r = due[0]
+            mine = [e for e in returns if e[1] == w and e[2] == r and e[0] <= now]
+            for e in mine:
+                returns.remove(e)
+                _, _, _, size, op = e
+                conn_used[(w, r)] -= size
+                if op >= 0:
+                    stream_sent[(w, op)] -= size
+                    if (w, op) in paused and stream_sent[(w, op)] < window(r[0]):
+                        paused.discard((w, op))
+                        start(w, op, resume=True)
+            if not any(x.worker == w and x.resource == r for x in Q):
+                take_next(w, r)
+            continue
         etas = []
         for x in Q:
             r = rate(x)
@@ -199,6 +261,15 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             if x is not nxt:
                 x.remaining -= eta * rates[id(x)]
         Q.remove(nxt)
+        if grpc and is_link[nxt.op]:
+            flow = flows[r[0]]
+            returns.append((now + numeric(flow.update_delay_s), w, r, nxt.size, -1 if nxt.is_last else nxt.op))
+            if not nxt.is_last:
+                if stream_sent[(w, nxt.op)] >= window(r[0]):
+                    paused.add((w, nxt.op))
+                else:  # held up by the connection window only: stays at the head
+                    scheduler[(w, r)].items.append((-math.inf, -seq[0], nxt.op))
+                    seq[0] += 1
         if nxt.is_last:
             ops_left[w] -= 1
             for d in succ[nxt.op]:
@@ -206,10 +277,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
                 if waiting[(w, d)] == 0:
                     start(w, d)
         if not any(x.worker == w and x.resource == r for x in Q):
-            if scheduler[(w, r)]:
-                Q.append(remove_chunk(w, r))
-            elif r[0] in (0, 2):
-                active[r].remove(w)
+            take_next(w, r)
         if ops_left[w] == 0:
             step_end[w][step[w]] = now
             step[w] += 1

@@ -15,15 +15,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reference_sim import reference_run
-from simulate.cluster import ClusterModel, Overhead, OverheadPlacement
+from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
 from simulate.results import throughput_eps
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
-CLUSTER = ClusterModel(1.25e8, 1.0e8, win_bytes=300_000, overhead_downlink=Overhead(2e-9, 1e-4),
-                       overhead_uplink=Overhead(1e-9, 5e-5))
+# Overheads are powers of two, so that sums of them are exact in float as in Fraction: a sum
+# of decimal constants reached in two orders is a near-tie, which either implementation may
+# break either way (SPEC §3).
+CLUSTER = ClusterModel(1.25e8, 1.0e8, win_bytes=300_000, overhead_downlink=Overhead(2.0 ** -29, 2.0 ** -13),
+                       overhead_uplink=Overhead(2.0 ** -30, 2.0 ** -14),
+                       # grpc: windows smaller than many streams, raised once, so that streams pause,
+                       # (generic delays: a return that ties a chunk end exactly would be a near-tie in float)
+                       # connections run out of window, and returns interleave with chunk ends.
+                       flow_downlink=FlowControl(((0.0, 400_000), (0.0103, 900_000)), 1.0137e-3),
+                       flow_uplink=FlowControl(((0.0, 300_000),), 4.1231e-4))
 
 
 def make_profile(resource, server, size, durations, edges, batch=4):
@@ -116,7 +124,10 @@ def test_engine_matches_reference_with_two_servers_colocation_and_parse_placemen
 def test_engine_matches_reference_on_bundled_profiles(bundled_profile, name, transfer):
     profile = bundled_profile(name)
     priorities = np.random.default_rng(3).permutation(profile.graph.n_ops).astype(float)
-    config = SimConfig(workers=3, transfer=transfer, steps=4 if name == "resnet50" else 8, warmup=1)
+    # grpc's window returns multiply the events, and with them the near-ties that make a
+    # chaotic run diverge between two float implementations (SPEC §3): fewer steps.
+    steps = 4 if name == "resnet50" or transfer is Transfer.GRPC else 8
+    config = SimConfig(workers=3, transfer=transfer, steps=steps, warmup=1)
     assert engine_vs_reference(profile, config, priorities=priorities, exact_arbiter=False) < 1e-9
 
 

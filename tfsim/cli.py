@@ -279,8 +279,11 @@ def _add_predict(sub) -> None:
                         "(default: as profiled)")
     p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"), help="default: async")
     p.add_argument("--sharing", default="ps", help="link sharing: ps, fcfs, hybrid, flow_cap (default: ps)")
-    p.add_argument("--transfer", default="http2", help="transfer scheduler(s): http2, fifo, or the name of a "
-                                                        "--priorities file's order (default: http2)")
+    p.add_argument("--transfer", default=None,
+                   help="transfer scheduler(s): grpc (today's gRPC: whole streams in send-ready order, pausing "
+                        "where an HTTP/2 window runs out), http2 (ICPE's model of TF 1.13's gRPC), fifo, or the "
+                        "name of a --priorities file's order (default: the cluster's default_transfer, grpc for "
+                        "clusters calibrated from TF 2.x captures; http2 without a calibration)")
     p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")

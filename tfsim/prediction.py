@@ -163,6 +163,8 @@ def run_cli(args) -> int:
 
     profile = load_profile(args.profile)
     effective = resolve_cluster(args.cluster, args.bandwidth)
+    if args.transfer is None:
+        args.transfer = effective.default_transfer
     transfers = expand_random([t.strip() for t in args.transfer.split(",") if t.strip()])
     sharings = [s.strip() for s in args.sharing.split(",") if s.strip()]
     if not transfers or not sharings:
