@@ -22,16 +22,17 @@ from simulate.prepare import prepare
 from simulate.results import throughput_eps
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
-# Overheads are powers of two, so that sums of them are exact in float as in Fraction: a sum
-# of decimal constants reached in two orders is a near-tie, which either implementation may
-# break either way (SPEC §3).
-CLUSTER = ClusterModel(1.25e8, 1.0e8, win_bytes=300_000, overhead_downlink=Overhead(2.0 ** -29, 2.0 ** -13),
+# Bandwidths, overheads and delays are dyadic, so that every time in a run is a sum of exact
+# binary fractions: two workers that reach the same instant along different paths (the same
+# terms added in another order) tie exactly in float as in Fraction. With decimal constants
+# such a tie is a near-tie, which either implementation may break either way, and then the
+# runs diverge (SPEC §3) for reasons that say nothing about either implementation.
+CLUSTER = ClusterModel(2.0 ** 27, 2.0 ** 26, win_bytes=300_000, overhead_downlink=Overhead(2.0 ** -29, 2.0 ** -13),
                        overhead_uplink=Overhead(2.0 ** -30, 2.0 ** -14),
                        # grpc: windows smaller than many streams, raised once, so that streams pause,
-                       # (generic delays: a return that ties a chunk end exactly would be a near-tie in float)
                        # connections run out of window, and returns interleave with chunk ends.
-                       flow_downlink=FlowControl(((0.0, 400_000), (0.0103, 900_000)), 1.0137e-3),
-                       flow_uplink=FlowControl(((0.0, 300_000),), 4.1231e-4))
+                       flow_downlink=FlowControl(((0.0, 400_000), (2.0 ** -7, 900_000)), 2.0 ** -10),
+                       flow_uplink=FlowControl(((0.0, 300_000),), 2.0 ** -11))
 
 
 def make_profile(resource, server, size, durations, edges, batch=4):
@@ -61,11 +62,11 @@ def random_profiles(draw, max_ops=14, servers=1):
         size.append(draw(st.integers(0, 2_000_000)) if r in (Resource.DOWNLINK, Resource.UPLINK) else 0)
     edges = [(a, b) for b in range(n) for a in range(b) if draw(st.booleans()) and draw(st.booleans())]
     steps = draw(st.integers(1, 3))
-    # Zero durations tie exactly in both implementations; other durations are generic floats,
-    # because two paths to "the same" time that differ by an ulp may order a near-tie either
-    # way (SPEC §3), which says nothing about either implementation.
+    # Durations are multiples of 2^-12 s, like every constant of CLUSTER: two workers that
+    # replay the same steps reach the same instants along different paths, and only exact
+    # binary sums make those ties exact in float too (see CLUSTER).
     durations = [[0.0 if resource[i] in (0, 2) or draw(st.integers(0, 3)) == 0
-                  else draw(st.floats(1e-4, 2e-2, allow_nan=False)) for i in range(n)] for _ in range(steps)]
+                  else draw(st.integers(1, 80)) * 2.0 ** -12 for i in range(n)] for _ in range(steps)]
     if servers > 1:  # every server index must exist for the graph to have M servers
         server[0], resource[0], size[0] = servers - 1, int(Resource.PS), 0
         for row in durations:
