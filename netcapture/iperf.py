@@ -98,8 +98,24 @@ def _get(data: dict, path: Path, *keys: str):
 
 def _number(value, path: Path, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise IperfError(path, f"{what} is not a number: {value!r}")
+        raise IperfError(path, f"{what} is not a number: {value!r:.60}")
     return float(value)
+
+
+def _optional_number(value, path: Path, what: str) -> float | int | None:
+    """``value`` if it is a number or absent (``None``); :class:`IperfError` otherwise."""
+    if value is not None:
+        _number(value, path, what)
+    return value
+
+
+def _object(value, path: Path, what: str) -> dict:
+    """``value`` if it is a JSON object, ``{}`` if absent; :class:`IperfError` otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise IperfError(path, f"{what} is not an object: {value!r:.60}")
+    return value
 
 
 def read_iperf(path: str | os.PathLike) -> IperfResult:
@@ -113,25 +129,33 @@ def read_iperf(path: str | os.PathLike) -> IperfResult:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise IperfError(path, f"not JSON ({exc.msg} at line {exc.lineno}): was iperf3 run with -J?") from None
+    except RecursionError:
+        raise IperfError(path, "not an iperf3 -J result (JSON nested too deeply)") from None
     if not isinstance(data, dict):
         raise IperfError(path, "not an iperf3 -J result (the JSON is not an object)")
     if data.get("error"):
-        raise IperfError(path, f"iperf3 reported an error: {data['error']}")
+        raise IperfError(path, f"iperf3 reported an error: {data['error']!s:.200}")
     received = _number(_get(data, path, "end", "sum_received", "bits_per_second"), path,
                        "end.sum_received.bits_per_second")
     sent = _number(_get(data, path, "end", "sum_sent", "bits_per_second"), path, "end.sum_sent.bits_per_second")
-    sum_sent = data["end"]["sum_sent"]
-    streams = []
-    for stream in data["end"].get("streams") or ():
-        sender = stream.get("sender") or {}
-        streams.append(IperfStream(sender.get("mean_rtt"), sender.get("min_rtt"), sender.get("max_rtt"),
-                                   sender.get("retransmits")))
-    test_start = (data.get("start") or {}).get("test_start") or {}
+    end, sum_sent = data["end"], data["end"]["sum_sent"]
+    streams = end.get("streams") or []
+    if not isinstance(streams, list):
+        raise IperfError(path, f"end.streams is not a list: {streams!r:.60}")
+    parsed = []
+    for number, stream in enumerate(streams):
+        sender = _object(_object(stream, path, f"end.streams[{number}]").get("sender"), path,
+                         f"end.streams[{number}].sender")
+        parsed.append(IperfStream(*(_optional_number(sender.get(key), path, f"end.streams[{number}].sender.{key}")
+                                    for key in ("mean_rtt", "min_rtt", "max_rtt", "retransmits"))))
+    test_start = _object(_object(data.get("start"), path, "start").get("test_start"), path, "start.test_start")
+    congestion = end.get("sender_tcp_congestion")
     return IperfResult(
         path=str(path), received_bits_per_s=received, sent_bits_per_s=sent,
-        duration_s=float(sum_sent.get("seconds") or 0.0), retransmits=sum_sent.get("retransmits"),
-        reverse=bool(test_start.get("reverse")), congestion_control=data["end"].get("sender_tcp_congestion"),
-        streams=tuple(streams),
+        duration_s=float(_optional_number(sum_sent.get("seconds"), path, "end.sum_sent.seconds") or 0.0),
+        retransmits=_optional_number(sum_sent.get("retransmits"), path, "end.sum_sent.retransmits"),
+        reverse=bool(test_start.get("reverse")), congestion_control=congestion if isinstance(congestion, str) else None,
+        streams=tuple(parsed),
     )
 
 

@@ -86,7 +86,7 @@ def decode_tcp(linktype: int, data: bytes) -> TcpSegment | None:
         if ethertype == ETHERTYPE_IPV6:
             return _ipv6(data, offset)
         return None
-    except (_Skip, struct.error, IndexError):
+    except (_Skip, struct.error, IndexError, ValueError):  # ValueError: inet_ntop of a cut address
         return None
 
 

@@ -393,7 +393,7 @@ class PcapReader:
                 _REASONS.last = ""
                 try:
                     record = reader._read_block(MAX_RECORD_BYTES)
-                except EOFError as exc:
+                except (EOFError, Scapy_Exception) as exc:  # Scapy_Exception: a later section header
                     if self._clean_end(source, boundary):
                         return
                     raise self._stopped(source, boundary, f"the pcapng block after packet {self.packets_read}",

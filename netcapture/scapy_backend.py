@@ -151,6 +151,8 @@ class _Decoder:
         if self.server_ports is not None and not (segment.dst_port in self.server_ports
                                                   or segment.src_port in self.server_ports):
             return
+        if (segment.src_ip, segment.src_port) == (segment.dst_ip, segment.dst_port):
+            return  # a socket talking to itself has no client and server to decode
         key = frozenset(((segment.src_ip, segment.src_port), (segment.dst_ip, segment.dst_port)))
         connection = self.connections.get(key)
         if connection is not None and segment.flags & (SYN | ACK) == SYN and self._reused(connection, segment):

@@ -380,7 +380,7 @@ class _FlowBuilder:
             if frame.stream_id == 0:
                 self.window += increment
                 self.connection_window.append(WindowSample(time_s, number, 0, self.window, "window_update"))
-            else:
+            elif frame.stream_id in self.streams:
                 self.streams[frame.stream_id] += increment
                 self.stream_windows.append(
                     WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "window_update"))
@@ -388,10 +388,11 @@ class _FlowBuilder:
             self.data_frames += 1
             self.data_bytes += frame.length
             self.window -= frame.length
-            self.streams[frame.stream_id] -= frame.length
             self.connection_window.append(WindowSample(time_s, number, 0, self.window, "data"))
-            self.stream_windows.append(
-                WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "data"))
+            if frame.stream_id in self.streams:  # not so for DATA on stream 0, a protocol error
+                self.streams[frame.stream_id] -= frame.length
+                self.stream_windows.append(
+                    WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "data"))
         if (frame.type in (DATA, HEADERS) and frame.end_stream and not from_receiver) or frame.type == RST_STREAM:
             self.closed.add(frame.stream_id)
 

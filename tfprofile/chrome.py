@@ -51,10 +51,17 @@ def _load_events(path: Path) -> list[dict]:
         raise TraceFormatError(path, f"cannot read ({exc})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(path, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise TraceFormatError(path, "not a Chrome trace (JSON nested too deeply)") from None
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise TraceFormatError(path, "not a Chrome trace: no traceEvents list")
     return events
+
+
+def _hashable(pid: object) -> bool:
+    """Whether ``pid`` can key the device table (a JSON list or object cannot)."""
+    return isinstance(pid, (int, float, str)) or pid is None
 
 
 def _parse_step(path: Path) -> tuple[dict[tuple[str, str], dict], list[tuple[str, int, int]]]:
@@ -63,21 +70,22 @@ def _parse_step(path: Path) -> tuple[dict[tuple[str, str], dict], list[tuple[str
     devices: dict[object, str] = {}
     for e in events:
         if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "process_name":
-            label = str((e.get("args") or {}).get("name", ""))
-            if label.endswith(" Compute"):
+            args = e.get("args")
+            label = str(args.get("name", "")) if isinstance(args, dict) else ""
+            if label.endswith(" Compute") and _hashable(e.get("pid")):
                 devices[e.get("pid")] = label[: -len(" Compute")]
     if not devices:
         raise TraceFormatError(path, "no '<device> Compute' process: not a TensorFlow timeline trace")
     ops: dict[tuple[str, str], dict] = {}
     recvs: list[tuple[str, int, int]] = []
     for k, e in enumerate(events):
-        if not isinstance(e, dict) or e.get("ph") != "X" or e.get("pid") not in devices:
+        if not isinstance(e, dict) or e.get("ph") != "X" or not _hashable(e.get("pid")) or e.get("pid") not in devices:
             continue
         args = e.get("args")
         try:
             start_ns, dur_ns = int(round(float(e["ts"]) * 1000)), int(round(float(e["dur"]) * 1000))
             name, op = str(args["name"]), str(args["op"])
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite ts or dur
             raise TraceFormatError(path, f"event {k} lacks ts, dur, args.name or args.op") from None
         device = devices[e["pid"]]
         if name == "RecvTensor":

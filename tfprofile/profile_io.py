@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -88,8 +89,11 @@ def load_profile(path: str | os.PathLike) -> Profile:
         raise ProfileFormatError(path, "no such file") from None
     except ProfileFormatError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error, NotImplementedError) as exc:
+        # NotImplementedError: a zip member compressed with a method zipfile does not know
         raise ProfileFormatError(path, f"not a tfsim profile (.npz) or corrupt ({exc})") from None
+    except MemoryError:  # an array header declaring more elements than memory holds
+        raise ProfileFormatError(path, "corrupt: an array is larger than memory") from None
     try:
         meta = json.loads(str(data["meta_json"]))
         graph = OpGraph(**{field: data[key] for key, field in _GRAPH_FIELDS.items()})

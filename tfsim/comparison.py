@@ -15,6 +15,8 @@ from pathlib import Path
 from tfsim.errors import InputError
 from tfsim.fileio import atomic_output, write_json
 
+MAX_WORKERS = 1_000_000  # far above any cluster; bounds the integer conversion
+
 
 def read_measured(path: Path, setting: str | None = None):
     """The measured points of a CSV: a DataFrame with ``workers`` and ``throughput_eps``."""
@@ -30,17 +32,21 @@ def read_measured(path: Path, setting: str | None = None):
     if "workers" not in frame or column is None:
         raise InputError(path, "needs a workers column and a measured_eps (or throughput_eps) column")
     if "setting" in frame:
-        settings = sorted(frame["setting"].astype(str).unique())
+        labels = frame["setting"].map(str)
+        settings = sorted(set(labels))
         if setting is None and len(settings) > 1:
             raise InputError(path, f"holds several settings ({', '.join(settings)}): choose one with --setting")
         if setting is not None:
             if setting not in settings:
                 raise InputError(path, f"has no setting {setting!r} (it has {', '.join(settings)})")
-            frame = frame[frame["setting"].astype(str) == setting]
-    out = frame[["workers", column]].rename(columns={column: "throughput_eps"})
-    if not (out["throughput_eps"] > 0).all():
+            frame = frame[labels == setting]
+    workers = pd.to_numeric(frame["workers"], errors="coerce")
+    rates = pd.to_numeric(frame[column], errors="coerce")
+    if not workers.between(1, MAX_WORKERS).all() or not (workers % 1 == 0).all():
+        raise InputError(path, f"workers must be whole numbers from 1 to {MAX_WORKERS}")
+    if not (rates > 0).all() or not rates.lt(math.inf).all():
         raise InputError(path, "measured throughputs must be positive")
-    return out.astype({"workers": int, "throughput_eps": float})
+    return pd.DataFrame({"workers": workers.astype(int), "throughput_eps": rates.astype(float)})
 
 
 def comparison_table(simulated, baselines, measured=None):
