@@ -1,0 +1,595 @@
+"""Fuzz every reader of tfsim: ``python bench/fuzz.py --inputs 100000 --seed 1``.
+
+The readers and their seed inputs are in :mod:`fuzz_targets`: pcap, pcapng and gzip
+captures through the scapy backend, HTTP/2 frames, HPACK header blocks, gRPC messages,
+RunMetadata (binary and text), Chrome traces, iperf3 JSON, profiles (``.npz``), cluster
+files, prediction tables and priority TSVs.
+
+Inputs are mutations of the seeds, in the style of Wireshark's ``editcap -E``: bit flips
+and byte overwrites, truncation at a random offset or at a record boundary (a packet
+record, a pcapng block, an HTTP/2 frame, a gRPC message), records duplicated and
+reordered (for captures, whole TCP segments), length fields set to 0, 1, one too many or
+huge, random bytes inserted and chunks deleted. JSON inputs are also mutated as JSON:
+values replaced by values of other types, NaN, huge numbers or deep nesting, keys
+deleted. Compressed targets are compressed after mutation, and the compressed bytes are
+mutated too. Input ``i`` of target ``t`` depends only on ``(seed, t, i)``, so a run is
+reproducible input by input, however the work is split.
+
+Each input runs in a worker process with an address-space limit (``RLIMIT_AS``, the
+worker's size after its imports plus ``--memory-mb``) and a time limit (``--input-seconds``,
+a timer signal in the worker, and a watchdog in the parent that kills a worker that stops
+making progress). The only acceptable outcomes are success and the reader's documented
+exception types (:attr:`fuzz_targets.Target.accepted`); anything else, a timeout or a
+``MemoryError`` is a failure, and a worker that dies is restarted after the input that
+killed it. Failures are told apart by the exception type and the innermost frame of the
+project's code; each distinct failure is kept with its input shrunk by truncation and by
+bisection (deleting halves, quarters, ... while the failure stays the same).
+
+Failures found earlier are regression cases in ``tests/fuzz_cases/`` (``cases.json``
+lists them); every run replays them first and counts a case as fixed when its reader now
+accepts it. The table (``bench/results/fuzz.json`` and ``fuzz.md``) gives, per reader,
+the inputs tried, the distinct failures found (regression cases and new ones), those
+fixed, and those open; new failures are written under ``--failures`` to become cases.
+
+Coverage guidance: atheris 3.0.0 installs and imports on this Python (3.11), but libFuzzer
+runs one reader per process until the first failure and has no per-reader input count or
+restart-and-continue for this table, so the campaign uses seeded, structure-aware mutation
+instead; ``tests/test_fuzz_smoke.py`` adds hypothesis strategies (HTTP/2 frame sequences,
+JSON documents) on top of a short seeded run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import multiprocessing
+import os
+import random
+import resource
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import fuzz_targets  # noqa: E402
+from fuzz_targets import TARGETS, Target  # noqa: E402
+
+CASES = ROOT / "tests" / "fuzz_cases"
+CHUNK = 500  # inputs per task handed to a worker
+INTERESTING = (0, 1, 7, 0x7F, 0x80, 0xFF, 0x100, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF)
+
+
+class InputTimeout(BaseException):
+    """Raised in a worker by the per-input timer (a BaseException: readers must not swallow it)."""
+
+
+# -- mutation ---------------------------------------------------------------------------------
+
+def input_rng(seed: int, target: str, index: int) -> random.Random:
+    digest = hashlib.sha256(f"{seed}/{target}/{index}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def make_input(target: Target, seeds: list[bytes], seed: int, index: int) -> bytes:
+    """Input ``index`` of ``target`` for the campaign ``seed``."""
+    rng = input_rng(seed, target.name, index)
+    data = rng.choice(seeds)
+    if target.json and rng.random() < 0.3:
+        data = mutate_json(data, rng)
+    for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4, 8))):
+        data = mutate(data, rng, target)
+    if target.compress:
+        data = compress(data, rng)
+    return data
+
+
+def compress(data: bytes, rng: random.Random) -> bytes:
+    """gzip ``data``; sometimes cut or damage the compressed stream too."""
+    import gzip
+
+    packed = gzip.compress(data, compresslevel=1, mtime=0)
+    roll = rng.random()
+    if roll < 0.1:
+        return packed[: rng.randrange(len(packed) + 1)]
+    if roll < 0.2:
+        position = rng.randrange(len(packed))
+        return packed[:position] + bytes([packed[position] ^ (1 << rng.randrange(8))]) + packed[position + 1:]
+    if roll < 0.25:
+        return packed + packed[: rng.randrange(40)]  # a second member, or trailing garbage
+    return packed
+
+
+def _records(data: bytes, boundaries: list[int]) -> list[tuple[int, int]]:
+    edges = sorted(set(b for b in boundaries if 0 <= b <= len(data)))
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def mutate(data: bytes, rng: random.Random, target: Target) -> bytes:
+    """One mutation of ``data`` (see the module docstring)."""
+    operator = rng.choice(MUTATORS)
+    return operator(data, rng, target)
+
+
+def _flip(data, rng, target):
+    if not data:
+        return bytes([rng.randrange(256)])
+    position = rng.randrange(len(data))
+    return data[:position] + bytes([data[position] ^ (1 << rng.randrange(8))]) + data[position + 1:]
+
+
+def _overwrite(data, rng, target):
+    if not data:
+        return data
+    position = rng.randrange(len(data))
+    width = rng.choice((1, 1, 2, 4, 8))
+    chunk = bytes(rng.choice((0, 0xFF, 0x7F, 0x80, rng.randrange(256))) for _ in range(width))
+    return data[:position] + chunk + data[position + width:]
+
+
+def _truncate(data, rng, target):
+    return data[: rng.randrange(len(data) + 1)]
+
+
+def _truncate_at_boundary(data, rng, target):
+    edges = [b for b in target.boundaries(data) if b <= len(data)]
+    if not edges:
+        return _truncate(data, rng, target)
+    edge = rng.choice(edges)
+    return data[: max(0, edge + rng.choice((0, 0, 0, -1, 1, 4, 9, 16)))]
+
+
+def _duplicate_record(data, rng, target):
+    records = _records(data, target.boundaries(data))
+    if not records:
+        return _insert(data, rng, target)
+    start, end = rng.choice(records)
+    where = rng.choice([e for _, e in records])
+    return data[:where] + data[start:end] + data[where:]
+
+
+def _swap_records(data, rng, target):
+    records = _records(data, target.boundaries(data))
+    if len(records) < 2:
+        return _delete(data, rng, target)
+    i = rng.randrange(len(records) - 1)
+    (a, b), (c, d) = records[i], records[i + 1]
+    return data[:a] + data[c:d] + data[a:b] + data[d:]
+
+
+def _delete_record(data, rng, target):
+    records = _records(data, target.boundaries(data))
+    if not records:
+        return _delete(data, rng, target)
+    start, end = rng.choice(records)
+    return data[:start] + data[end:]
+
+
+def _corrupt_length(data, rng, target):
+    edges = target.boundaries(data)
+    if not edges or not target.length_fields:
+        return _overwrite(data, rng, target)
+    edge = rng.choice(edges)
+    offset, width, order = rng.choice(target.length_fields)
+    position = edge + offset
+    if position + width > len(data):
+        return _overwrite(data, rng, target)
+    old = int.from_bytes(data[position: position + width], "big" if order == ">" else "little")
+    limit = (1 << (8 * width)) - 1
+    value = rng.choice(INTERESTING + (old + 1, old - 1, old * 2, old // 2, rng.randrange(limit + 1))) & limit
+    return data[:position] + value.to_bytes(width, "big" if order == ">" else "little") + data[position + width:]
+
+
+def _insert(data, rng, target):
+    position = rng.randrange(len(data) + 1)
+    chunk = bytes(rng.randrange(256) for _ in range(rng.choice((1, 2, 4, 16, 64))))
+    return data[:position] + chunk + data[position:]
+
+
+def _delete(data, rng, target):
+    if not data:
+        return data
+    start = rng.randrange(len(data))
+    return data[:start] + data[start + rng.choice((1, 2, 4, 16, 256)):]
+
+
+def _copy_chunk(data, rng, target):
+    if len(data) < 2:
+        return data
+    start = rng.randrange(len(data))
+    chunk = data[start: start + rng.choice((4, 16, 64, 512))]
+    where = rng.randrange(len(data) + 1)
+    return data[:where] + chunk + data[where:]
+
+
+MUTATORS = (_flip, _flip, _overwrite, _overwrite, _truncate, _truncate_at_boundary, _duplicate_record,
+            _swap_records, _delete_record, _corrupt_length, _corrupt_length, _insert, _delete, _copy_chunk)
+
+JSON_VALUES = (None, True, False, 0, -1, 1, 2 ** 64, 10 ** 400, 1e308, -1e308, math.nan, math.inf, "", "x",
+               "1e999", [], {}, [1, 2], {"a": None})
+
+
+def mutate_json(data: bytes, rng: random.Random) -> bytes:
+    """Replace or delete one value of a JSON document, or bury it in deep nesting."""
+    document = fuzz_targets.json_seed(data)
+    if document is None:
+        return data
+    paths = []
+    _json_paths(document, (), paths, rng)
+    if not paths:
+        return data
+    path = rng.choice(paths)
+    roll = rng.random()
+    if roll < 0.1:  # deep nesting, written as text (json.dumps would recurse)
+        marker = "\x00nest\x00"
+        depth = rng.choice((100, 5_000, 200_000))
+        inner = json.dumps(_get(document, path), allow_nan=True)
+        text = json.dumps(_replaced(document, path, marker), allow_nan=True)
+        return text.replace(json.dumps(marker), "[" * depth + inner + "]" * depth, 1).encode()
+    value = _DELETE if roll < 0.2 else rng.choice(JSON_VALUES)
+    return json.dumps(_replaced(document, path, value), allow_nan=True).encode()
+
+
+_DELETE = object()
+
+
+def _json_paths(value, path, out, rng, limit=4000):
+    if len(out) >= limit:
+        return
+    out.append(path)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _json_paths(item, path + (key,), out, rng, limit)
+    elif isinstance(value, list):
+        for index, item in enumerate(value[:50]):
+            _json_paths(item, path + (index,), out, rng, limit)
+
+
+def _get(value, path):
+    for key in path:
+        value = value[key]
+    return value
+
+
+def _replaced(value, path, new):
+    if not path:
+        return None if new is _DELETE else new
+    key, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        copy = dict(value)
+        if not rest and new is _DELETE:
+            copy.pop(key, None)
+        else:
+            copy[key] = _replaced(value[key], rest, new)
+        return copy
+    copy = list(value)
+    if not rest and new is _DELETE:
+        del copy[key]
+    else:
+        copy[key] = _replaced(value[key], rest, new)
+    return copy
+
+
+# -- running one input ------------------------------------------------------------------------
+
+def signature(exc: BaseException) -> str:
+    """What tells failures apart: the exception type and the innermost frame of tfsim's code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if f.filename.startswith(str(ROOT)) and "/bench/" not in f.filename
+            and "/.venv/" not in f.filename]
+    where = ours[-1] if ours else (frames[-1] if frames else None)
+    place = f"{Path(where.filename).relative_to(ROOT) if where.filename.startswith(str(ROOT)) else Path(where.filename).name}:{where.lineno}" if where else "?"
+    return f"{type(exc).__name__} at {place}"
+
+
+def run_one(target: Target, data: bytes, scratch: Path, accepted: tuple, seconds: float) -> str | None:
+    """Run one input: ``None`` if the outcome is acceptable, else the failure's signature."""
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        target.run(data, scratch)
+    except accepted:
+        return None
+    except InputTimeout as exc:
+        return "timeout " + signature(exc)
+    except BaseException as exc:  # everything else is a failure, MemoryError and RecursionError included
+        return signature(exc)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return None
+
+
+def shrink(target: Target, data: bytes, failure: str, scratch: Path, accepted: tuple, seconds: float,
+           budget: int = 300) -> bytes:
+    """A smaller input with the same failure: the shortest failing prefix, then chunks deleted."""
+    def fails(candidate: bytes) -> bool:
+        nonlocal budget
+        budget -= 1
+        return run_one(target, candidate, scratch, accepted, seconds) == failure
+
+    if failure.startswith("timeout"):
+        budget = min(budget, 8)
+    low, high = 0, len(data)  # the prefix of length high fails
+    while low < high and budget > 0:
+        middle = (low + high) // 2
+        if fails(data[:middle]):
+            high = middle
+        else:
+            low = middle + 1
+    data = data[:high]
+    chunk = max(1, len(data) // 2)
+    while chunk >= 1 and budget > 0:
+        position = 0
+        while position < len(data) and budget > 0:
+            candidate = data[:position] + data[position + chunk:]
+            if candidate != data and fails(candidate):
+                data = candidate
+            else:
+                position += chunk
+        chunk //= 2
+    return data
+
+
+# -- worker processes ------------------------------------------------------------------------
+
+def _on_alarm(signum, frame):
+    raise InputTimeout()
+
+
+def _limit_memory(extra_mb: int) -> None:
+    with open("/proc/self/statm") as handle:
+        pages = int(handle.read().split()[0])
+    size = pages * os.sysconf("SC_PAGE_SIZE") + extra_mb * (1 << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+
+def worker(tasks, results, progress, options: dict) -> None:
+    """Run tasks ``(target, seed, start, stop)`` until told to stop (``None``)."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    sys.setrecursionlimit(10_000)
+    scratch = fuzz_targets.scratch_dir()
+    seeds = {name: TARGETS[name].seeds() for name in options["targets"]}
+    accepted = {name: TARGETS[name].accepted() for name in options["targets"]}
+    for name in options["targets"]:  # warm every reader up before the memory limit
+        run_one(TARGETS[name], seeds[name][0], scratch, accepted[name], 60.0)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    _limit_memory(options["memory_mb"])
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        kind = task[0]
+        if kind == "replay":
+            _, case_id, name, data = task
+            failure = run_one(TARGETS[name], data, scratch, accepted[name], options["input_seconds"])
+            results.put(("replay", case_id, name, failure))
+            continue
+        _, name, seed, start, stop = task
+        target, found = TARGETS[name], {}
+        for index in range(start, stop):
+            progress.value = index
+            data = make_input(target, seeds[name], seed, index)
+            failure = run_one(target, data, scratch, accepted[name], options["input_seconds"])
+            if failure is not None and failure not in found:
+                found[failure] = (index, shrink(target, data, failure, scratch, accepted[name],
+                                                options["input_seconds"]))
+        progress.value = -1
+        results.put(("done", name, start, stop, found))
+
+
+class Pool:
+    """Worker processes with a watchdog: a worker silent for too long, or dead, is replaced."""
+
+    def __init__(self, processes: int, options: dict):
+        self.context = multiprocessing.get_context("fork")
+        self.options = options
+        self.results = self.context.Queue()
+        self.slots = [self._start() for _ in range(processes)]
+
+    def _start(self) -> dict:
+        tasks = self.context.Queue()
+        progress = self.context.Value("q", -1)
+        process = self.context.Process(target=worker, args=(tasks, self.results, progress, self.options),
+                                       daemon=True)
+        process.start()
+        return {"process": process, "tasks": tasks, "progress": progress, "task": None, "since": 0.0,
+                "last": -1}
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot["tasks"].put(None)
+        for slot in self.slots:
+            slot["process"].join(timeout=10)
+            if slot["process"].is_alive():
+                slot["process"].kill()
+
+
+def run_campaign(names: list[str], inputs: int, seed: int, processes: int, options: dict,
+                 cases: list[dict]) -> dict:
+    """Replay the regression cases, then run ``inputs`` inputs of every target."""
+    pool = Pool(processes, options)
+    pending = [("replay", case["id"], case["target"], (CASES / case["file"]).read_bytes()) for case in cases
+               if case["target"] in names]
+    pending += [("fuzz", name, seed, start, min(start + CHUNK, inputs)) for name in names
+                for start in range(0, inputs, CHUNK)]
+    report = {name: {"inputs": 0, "failures": {}, "replayed": {}} for name in names}
+    outstanding = 0
+    hard_limit = options["input_seconds"] * 400 + 60  # a whole shrink of one input, at most
+    try:
+        while pending or outstanding:
+            for slot in pool.slots:
+                if slot["task"] is None and pending:
+                    slot["task"], slot["since"] = pending.pop(0), time.monotonic()
+                    slot["tasks"].put(slot["task"])
+                    outstanding += 1
+            try:
+                message = pool.results.get(timeout=1.0)
+            except Exception:  # queue.Empty
+                message = None
+            if message is not None:
+                outstanding -= 1
+                _record(report, message)
+                for slot in pool.slots:
+                    if slot["task"] is not None and _same_task(slot["task"], message):
+                        slot["task"] = None
+            for position, slot in enumerate(pool.slots):
+                outstanding += _watch(pool, position, slot, report, pending, options, hard_limit)
+    finally:
+        pool.close()
+    return report
+
+
+def _same_task(task: tuple, message: tuple) -> bool:
+    if message[0] == "replay":
+        return task[0] == "replay" and task[1] == message[1]
+    return task[0] == "fuzz" and task[1] == message[1] and task[3] == message[2]
+
+
+def _record(report: dict, message: tuple) -> None:
+    if message[0] == "replay":
+        _, case_id, name, failure = message
+        report[name]["replayed"][case_id] = failure
+        return
+    _, name, start, stop, found = message
+    report[name]["inputs"] += stop - start
+    for failure, (index, data) in found.items():
+        report[name]["failures"].setdefault(failure, (index, data))
+
+
+def _watch(pool: Pool, position: int, slot: dict, report: dict, pending: list, options: dict,
+           hard_limit: float) -> int:
+    """Replace a worker that died or hangs; return the change in outstanding tasks."""
+    task = slot["task"]
+    if task is None:
+        return 0
+    now, index = time.monotonic(), slot["progress"].value
+    if index != slot["last"]:
+        slot["last"], slot["since"] = index, now
+    alive = slot["process"].is_alive()
+    if alive and now - slot["since"] < hard_limit:
+        return 0
+    slot["process"].kill()
+    slot["process"].join()
+    reason = "hang (killed by the watchdog)" if alive else f"worker died (exit {slot['process'].exitcode})"
+    pool.slots[position] = pool._start()
+    if task[0] == "replay":
+        report[task[2]]["replayed"][task[1]] = reason
+        return -1
+    _, name, seed, start, stop = task
+    index = max(index, start)
+    target = TARGETS[name]
+    data = make_input(target, target.seeds(), seed, index)
+    report[name]["failures"].setdefault(reason, (index, data))
+    report[name]["inputs"] += index + 1 - start
+    if index + 1 < stop:
+        pending.insert(0, ("fuzz", name, seed, index + 1, stop))
+    return -1
+
+
+# -- the table --------------------------------------------------------------------------------
+
+def load_cases() -> list[dict]:
+    path = CASES / "cases.json"
+    return json.loads(path.read_text())["cases"] if path.is_file() else []
+
+
+def adopt(failures_dir: Path) -> int:
+    """Make the failures written by a run (``failures_dir``) regression cases in ``tests/fuzz_cases/``."""
+    cases = load_cases()
+    known = {case["id"] for case in cases}
+    added = 0
+    for note in sorted(failures_dir.glob("*.txt")):
+        case_id = note.stem
+        if case_id in known:
+            continue
+        target = case_id.rsplit("-", 1)[0]
+        CASES.mkdir(parents=True, exist_ok=True)
+        (CASES / f"{case_id}.bin").write_bytes(note.with_suffix(".bin").read_bytes())
+        cases.append({"id": case_id, "target": target, "file": f"{case_id}.bin",
+                      "signature": note.read_text().splitlines()[0]})
+        added += 1
+    cases.sort(key=lambda case: case["id"])
+    (CASES / "cases.json").write_text(json.dumps({"cases": cases}, indent=1) + "\n")
+    return added
+
+
+def summarise(report: dict, cases: list[dict], seed: int, wall_s: float, failures_dir: Path) -> dict:
+    """The per-reader table, and the new failures written to ``failures_dir``."""
+    rows = []
+    for name, entry in report.items():
+        known = [c for c in cases if c["target"] == name]
+        fixed = [c for c in known if entry["replayed"].get(c["id"]) is None]
+        known_signatures = {c["signature"] for c in known}
+        new = {f: v for f, v in entry["failures"].items() if f not in known_signatures}
+        reopened = {f for f in entry["failures"] if f in known_signatures}
+        for failure, (index, data) in new.items():
+            failures_dir.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256(data).hexdigest()[:12]
+            (failures_dir / f"{name}-{digest}.bin").write_bytes(data)
+            (failures_dir / f"{name}-{digest}.txt").write_text(f"{failure}\ninput {index} of seed {seed}\n")
+        rows.append({"reader": name, "inputs": entry["inputs"], "failures_found": len(known) + len(new),
+                     "failures_fixed": len(fixed), "open": len(known) - len(fixed) + len(new),
+                     "reopened": sorted(reopened), "new_failures": sorted(new)})
+    return {"seed": seed, "wall_s": round(wall_s, 1), "cpus": os.cpu_count(), "rows": rows}
+
+
+def markdown(summary: dict, options: dict) -> str:
+    lines = [f"# Fuzz campaign (seed {summary['seed']})", "",
+             f"{summary['wall_s']:.0f} s wall time on {summary['cpus']} cores; each input limited to "
+             f"{options['input_seconds']} s and {options['memory_mb']} MB of address space above the worker's size. "
+             "Failures found: distinct failures over all campaigns, each kept as a regression case in "
+             "`tests/fuzz_cases/`; fixed: cases the reader now accepts; open: cases still failing and "
+             "new failures of this run.", "",
+             "| reader | inputs | failures found | fixed | open |", "| --- | ---: | ---: | ---: | ---: |"]
+    for row in summary["rows"]:
+        lines.append(f"| {row['reader']} | {row['inputs']:,} | {row['failures_found']} | {row['failures_fixed']} | "
+                     f"{row['open']} |")
+    total = sum(r["inputs"] for r in summary["rows"])
+    lines += ["", f"{total:,} inputs in all."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inputs", type=int, default=100_000, help="inputs per reader (default 100,000)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated readers (default: all)")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--input-seconds", type=float, default=2.0, help="time limit of one input")
+    parser.add_argument("--memory-mb", type=int, default=1024, help="address space an input may add")
+    parser.add_argument("--out", type=Path, default=HERE / "results", help="directory for fuzz.json and fuzz.md")
+    parser.add_argument("--failures", type=Path, default=Path(tempfile.gettempdir()) / "tfsim-fuzz-failures",
+                        help="where new failures' shrunk inputs go")
+    parser.add_argument("--adopt", type=Path, metavar="DIR",
+                        help="make the failures in DIR (a --failures directory) regression cases, then exit")
+    args = parser.parse_args(argv)
+    if args.adopt:
+        print(f"{adopt(args.adopt)} new regression cases in {CASES}")
+        return 0
+    names = [n for n in args.targets.split(",") if n]
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown:
+        parser.error(f"unknown reader(s) {', '.join(unknown)}; known: {', '.join(TARGETS)}")
+    options = {"targets": names, "input_seconds": args.input_seconds, "memory_mb": args.memory_mb}
+    cases = load_cases()
+    started = time.monotonic()
+    report = run_campaign(names, args.inputs, args.seed, max(1, args.processes), options, cases)
+    summary = summarise(report, cases, args.seed, time.monotonic() - started, args.failures)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fuzz.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (args.out / "fuzz.md").write_text(markdown(summary, options))
+    print(markdown(summary, options))
+    return 0 if all(row["open"] == 0 for row in summary["rows"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""A short seeded fuzz run over every reader, and structure-aware inputs from hypothesis.
+
+The run is ``bench/fuzz.py`` with few inputs per reader (seed 1), in a subprocess with a
+hard timeout, so that a hang cannot stall the suite. Inputs depend only on the seed, the
+reader and the input number; the test checks that, then that no reader fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import fuzz  # noqa: E402
+from fuzz_targets import TARGETS  # noqa: E402
+
+INPUTS_PER_READER = 400
+
+
+def _digest(target: str, seed: int, count: int) -> str:
+    reader = TARGETS[target]
+    seeds = reader.seeds()
+    digest = hashlib.sha256()
+    for index in range(count):
+        digest.update(fuzz.make_input(reader, seeds, seed, index))
+    return digest.hexdigest()
+
+
+def test_inputs_depend_only_on_seed_reader_and_number():
+    for target in ("pcap", "iperf3", "hpack"):
+        assert _digest(target, 1, 40) == _digest(target, 1, 40)
+        assert _digest(target, 1, 40) != _digest(target, 2, 40)
+    reader = TARGETS["cluster"]
+    assert fuzz.make_input(reader, reader.seeds(), 1, 17) == fuzz.make_input(reader, reader.seeds(), 1, 17)
+
+
+def test_short_seeded_campaign_finds_nothing_open(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fuzz.py"), "--inputs", str(INPUTS_PER_READER), "--seed", "1",
+         "--processes", "2", "--out", str(tmp_path), "--failures", str(tmp_path / "failures")],
+        capture_output=True, text=True, timeout=600)
+    summary = json.loads((tmp_path / "fuzz.json").read_text())
+    rows = {row["reader"]: row for row in summary["rows"]}
+    assert set(rows) == set(TARGETS)
+    assert all(row["inputs"] == INPUTS_PER_READER for row in rows.values())
+    assert {name: row["new_failures"] + row["reopened"] for name, row in rows.items() if row["open"]} == {}
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert sum(row["failures_fixed"] for row in rows.values()) == sum(row["failures_found"] for row in rows.values())
+
+
+# -- structure-aware inputs ------------------------------------------------------------------
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+frames = st.builds(_frame, st.integers(0, 10), st.integers(0, 255), st.sampled_from([0, 1, 3, 2 ** 31 - 1]),
+                   st.binary(max_size=64))
+
+
+@settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(frames, max_size=12), st.booleans())
+def test_any_sequence_of_http2_frames_decodes_or_is_malformed(sequence, with_preface):
+    from netcapture.http2 import PREFACE
+
+    data = (PREFACE if with_preface else b"") + b"".join(sequence)
+    try:
+        TARGETS["http2"].run(data, Path("."))
+    except TARGETS["http2"].accepted():
+        pass
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from(["iperf3", "cluster", "chrome"]), st.data())
+def test_json_readers_take_any_document_shaped_like_theirs(tmp_path_factory, target, data):
+    """The seed document with one value replaced by any JSON value."""
+    import random
+
+    reader = TARGETS[target]
+    seed = reader.seeds()[0]
+    document = json.loads(seed)
+    paths: list = []
+    fuzz._json_paths(document, (), paths, random.Random(0))
+    path = data.draw(st.sampled_from(paths))
+    value = data.draw(json_values)
+    text = json.dumps(fuzz._replaced(document, path, value), allow_nan=True).encode()
+    try:
+        reader.run(text, tmp_path_factory.mktemp("json"))
+    except reader.accepted():
+        pass
