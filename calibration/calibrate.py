@@ -3,10 +3,12 @@
 Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf3/*.json``,
 ``capture.pcap.gz`` and the traced steps. What is fitted, and from what:
 
-- **Bandwidth B** per direction: the median ``end.sum_received`` rate of the repeated
-  ``iperf3 -J`` runs (downlink = ``-R`` runs, PS to worker), with their spread. The
-  capture's own busy rate (the rate large streams reach while they send) is reported
-  beside it as a check.
+- **Bandwidth B** per direction, two measurements: the median ``end.sum_received`` rate of
+  the repeated ``iperf3 -J`` runs (downlink = ``-R`` runs, PS to worker), with their
+  spread; and the capture's busy rate, the rate the job's tensors moved at while the link
+  was backlogged (:func:`_busy_rate`). The model uses the one that, with the rest of the
+  calibration, reproduces the calibration run's own step time at W = 1 (``bandwidth_source``;
+  both are kept in CLUSTER.json).
 - **Window WIN** per direction: the receiver's HTTP/2 stream window (INITIAL_WINDOW_SIZE as
   the receiver advertised it, BDP-probe raises included) in force when each tensor stream
   started sending; the single value the ``http2`` model uses is the byte-weighted median
@@ -103,6 +105,8 @@ class Calibration:
     placement: str = "compute"
     placement_check: dict = dataclasses.field(default_factory=dict)
     flow_control: dict = dataclasses.field(default_factory=dict)
+    bandwidth_source: str = "iperf3"
+    iperf3_bandwidth_Bps: dict = dataclasses.field(default_factory=dict)
 
     @property
     def default_transfer(self) -> str:
@@ -116,6 +120,8 @@ class Calibration:
         return {
             "format": CLUSTER_FORMAT,
             "bandwidth_Bps": self.bandwidth_Bps,
+            "bandwidth_source": self.bandwidth_source,
+            "iperf3_bandwidth_Bps": self.iperf3_bandwidth_Bps or self.bandwidth_Bps,
             "bandwidth_spread_Bps": self.bandwidth_spread_Bps,
             "busy_rate_Bps": self.busy_rate_Bps,
             "win_bytes": self.window_bytes["downlink"],
@@ -171,13 +177,29 @@ def _samples(capture, match) -> list[StreamSample]:
 
 
 def _busy_rate(samples: list[StreamSample]) -> dict:
-    """Per direction: the 90th percentile of large streams' rates while sending (stalls lower the
-    others), or None without a stream of 1 MB."""
+    """Per direction: the rate tensors moved at while the link had data to send, or None.
+
+    For each traced step, the bytes of all the direction's streams over the time from the
+    first large stream's send-ready time to the last DATA frame (the link is backlogged in
+    between: streams queue behind each other); the median over the steps. Unlike iperf3's
+    bulk flow, it includes what a training job's traffic pays on this link: TCP restarting
+    from a small window after each idle phase, losses at the shaper, the sender's pauses.
+    """
     out = {}
     for direction in DIRECTIONS:
-        rates = [s.size_bytes / (s.last_data_s - s.first_data_s) for s in samples
-                 if s.direction == direction and s.size_bytes >= 1_000_000 and s.last_data_s > s.first_data_s]
-        out[direction] = float(np.percentile(rates, 90)) if rates else None
+        steps: dict[str, list[StreamSample]] = defaultdict(list)
+        for s in samples:
+            if s.direction == direction:
+                steps[s.step_file].append(s)
+        rates = []
+        for streams in steps.values():
+            big = [s.send_ready_s for s in streams if s.size_bytes >= MIN_STREAM_BYTES]
+            total = sum(s.size_bytes for s in streams)
+            if big and total >= 1_000_000:
+                span = max(s.last_data_s for s in streams) - min(big)
+                if span > 0:
+                    rates.append(total / span)
+        out[direction] = float(np.median(rates)) if rates else None
     return out
 
 
@@ -329,11 +351,11 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     The run was 1 PS and 1 worker on this very cluster, so a model with the fitted B, WIN
     and α/β must reproduce its traced step time at W = 1 (SPEC §3's first property). Each
     placement (``compute``, ``lane``, ``delay``; :class:`simulate.cluster.OverheadPlacement`)
-    is simulated at W = 1; the one whose median step time is closest to the traced makespan
+    is simulated at W = 1 with the cluster's default transfer model; the one whose median step time is closest to the traced makespan
     is chosen, and every placement's relative error is kept in CLUSTER.json.
     """
     from simulate.cluster import OverheadPlacement
-    from simulate.config import SimConfig
+    from simulate.config import SimConfig, Transfer
     from simulate.engine import run as simulate_run
     from simulate.prepare import prepare
     from simulate.results import step_times_s
@@ -345,7 +367,9 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     for placement in OverheadPlacement:
         cluster = cluster_from_dict({**cluster_document, "overhead_placement": placement.value}, "calibration")
         graph = prepare(profile, cluster)
-        result = simulate_run(graph, cluster, SimConfig(workers=1, steps=steps, warmup=min(20, steps // 5)))
+        config = SimConfig(workers=1, steps=steps, warmup=min(20, steps // 5),
+                           transfer=Transfer(cluster.default_transfer))
+        result = simulate_run(graph, cluster, config)
         errors[placement.value] = float(np.median(step_times_s(result)) / target - 1.0)
     best = min(errors, key=lambda k: abs(errors[k]))
     return best, {"traced_makespan_median_s": target, "relative_error_of_one_worker_step": errors}
@@ -369,19 +393,28 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     if not samples:
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
-    flow_control = _fit_update_delay(samples, bandwidth, windows, _flow_control(samples, capture, timelines))
     fits, pooled = _overhead(samples)
-    calibration = Calibration(
-        run_dir=str(run_dir), bandwidth_Bps=bandwidth, bandwidth_spread_Bps=spread, busy_rate_Bps=_busy_rate(samples),
-        window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
-        model_error=model_check(samples, bandwidth, windows, flow_control), samples=tuple(samples),
-        flow_control=flow_control,
-        tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
-    )
+    busy = _busy_rate(samples)
     from tfprofile.rundir import profile_from_run_dir
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a skipped step is reported when the profile is built
         profile = profile_from_run_dir(run_dir)
-    placement, check = choose_placement(profile, calibration.to_cluster_json())
-    return dataclasses.replace(calibration, placement=placement, placement_check=check)
+    candidates = {"iperf3": bandwidth}
+    if all(busy.values()):
+        candidates["capture"] = busy
+    best = None
+    for source, rates in candidates.items():
+        flow_control = _fit_update_delay(samples, rates, windows, _flow_control(samples, capture, timelines))
+        calibration = Calibration(
+            run_dir=str(run_dir), bandwidth_Bps=rates, bandwidth_spread_Bps=spread, busy_rate_Bps=busy,
+            window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
+            model_error=model_check(samples, rates, windows, flow_control), samples=tuple(samples),
+            flow_control=flow_control, bandwidth_source=source, iperf3_bandwidth_Bps=bandwidth,
+            tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
+        )
+        placement, check = choose_placement(profile, calibration.to_cluster_json())
+        error = abs(check["relative_error_of_one_worker_step"][placement])
+        if best is None or error < best[0]:
+            best = (error, dataclasses.replace(calibration, placement=placement, placement_check=check))
+    return best[1]

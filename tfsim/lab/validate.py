@@ -6,8 +6,8 @@ emulated cluster on this machine (:mod:`tfsim.lab.netns`):
 1. profile the job with 1 PS (or M) and 1 worker, with iperf3 and a capture;
 2. calibrate (``tfsim calibrate``) and build the profile (``tfsim profile``);
 3. predict W = 1..K, with every task on this machine's cores (the co-location model of SPEC §3,
-   since PS and workers share them), with the ``http2`` and ``fifo`` transfer models, and the
-   coarse baselines;
+   since PS and workers share them), with the ``grpc`` (today's gRPC, the default for TF 2.x),
+   ``http2`` (ICPE's model) and ``fifo`` transfer models, and the coarse baselines;
 4. run the real job with W = 1..K workers and measure its throughput: each worker's
    time-average over the last half of its steps, summed (ICPE §4.1);
 5. tabulate measured against predicted, with the relative error.
@@ -71,9 +71,11 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
     ),
 }
 
+TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "workers", "measured_eps",
-                  "predicted_http2_eps", "predicted_fifo_eps", "error_http2", "error_fifo", "lin_async_eps",
-                  "cynthia_eps", "measured_step_s", "calibration_http2_median_error")
+                  *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
+                  "lin_async_eps", "cynthia_eps", "measured_step_s",
+                  *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS))
 
 
 def _say(message: str) -> None:
@@ -128,7 +130,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         capture.unlink()
 
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
-    frame = predict(profile, cluster, workers=setting.workers, transfer=["http2", "fifo"], cores=cores,
+    frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS), cores=cores,
                     steps=predict_steps, warmup=min(50, predict_steps // 5), jobs=1)
     base = baselines(profile, cluster, setting.workers, "async")
     rows = []
@@ -140,19 +142,19 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         shutil.rmtree(measure_dir / "trace", ignore_errors=True)
         shutil.rmtree(measure_dir / "logs", ignore_errors=True)
         predicted = {p: float(frame[(frame["workers"] == w) & (frame["policy"] == p)]["throughput_eps"].iloc[0])
-                     for p in ("http2", "fifo")}
+                     for p in TRANSFER_MODELS}
         base_w = base[base["workers"] == w].set_index("model")["throughput_eps"]
         rows.append({
             "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
             "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks,
             "window": "65535 (pinned)" if setting.grpc_options else "default", "workers": w,
             "measured_eps": measured["throughput_eps"],
-            "predicted_http2_eps": predicted["http2"], "predicted_fifo_eps": predicted["fifo"],
-            "error_http2": predicted["http2"] / measured["throughput_eps"] - 1,
-            "error_fifo": predicted["fifo"] / measured["throughput_eps"] - 1,
+            **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
+            **{f"error_{m}": predicted[m] / measured["throughput_eps"] - 1 for m in TRANSFER_MODELS},
             "lin_async_eps": float(base_w.get("lin-async", math.nan)), "cynthia_eps": float(base_w.get("cynthia", math.nan)),
             "measured_step_s": measured["step_time_median_s"],
-            "calibration_http2_median_error": document["http2_model_error"]["median"],
+            **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
+               for m in TRANSFER_MODELS},
         })
     return rows
 
@@ -171,7 +173,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
     frame = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
     with atomic_output(out_dir / "results.csv") as handle:
         frame.to_csv(handle, index=False, float_format="%.6g")
-    abs_err = frame["error_http2"].abs()
+    grpc_err, http2_err = frame["error_grpc"].abs(), frame["error_http2"].abs()
     lines = [
         f"# tfsim lab results ({preset})", "",
         f"- date: {time.strftime('%Y-%m-%d')}", f"- machine: {machine_text()}",
@@ -180,13 +182,15 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         "- measured: each worker's time-average over the last half of its steps, summed (ICPE §4.1)",
         "- predicted: tfsim's simulation with the co-location model (all tasks on one host's cores)",
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
-        f"mean |error| (http2 model): {abs_err.mean() * 100:.1f}%, max {abs_err.max() * 100:.1f}%", "",
-        "| setting | W | measured (ex/s) | predicted http2 | error | predicted fifo | error | Lin et al. | Cynthia |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"mean |error| (grpc model, the default): {grpc_err.mean() * 100:.1f}%, max {grpc_err.max() * 100:.1f}%; "
+        f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%", "",
+        "| setting | W | measured (ex/s) | predicted grpc | error | predicted http2 | error | predicted fifo | error "
+        "| Lin et al. | Cynthia |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, r in frame.iterrows():
-        lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} | {r['predicted_http2_eps']:.2f} | "
-                     f"{r['error_http2'] * 100:+.1f}% | {r['predicted_fifo_eps']:.2f} | {r['error_fifo'] * 100:+.1f}% | "
+        cells = "".join(f" {r[f'predicted_{m}_eps']:.2f} | {r[f'error_{m}'] * 100:+.1f}% |" for m in TRANSFER_MODELS)
+        lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} |{cells} "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} |")
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
     from tfsim.plots import pyplot, save_figure
@@ -195,7 +199,8 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
     for setting, group in frame.groupby("setting", sort=False):
         fig, ax = plt.subplots(figsize=(6, 3.8), dpi=120)
         ax.plot(group["workers"], group["measured_eps"], "ks", label="measured")
-        ax.plot(group["workers"], group["predicted_http2_eps"], "o-", label="tfsim (http2)")
+        ax.plot(group["workers"], group["predicted_grpc_eps"], "o-", label="tfsim (grpc)")
+        ax.plot(group["workers"], group["predicted_http2_eps"], "o-.", label="tfsim (http2)")
         ax.plot(group["workers"], group["predicted_fifo_eps"], "o--", label="tfsim (fifo)")
         ax.plot(group["workers"], group["lin_async_eps"], ":", label="Lin et al.")
         ax.plot(group["workers"], group["cynthia_eps"], ":", label="Cynthia")
