@@ -80,7 +80,10 @@ class SimConfig:
     ``steps`` per worker are simulated, of which the first ``warmup`` are dropped from the
     throughput (ICPE §4.1: 1000 and 50). ``flow_cap_Bps`` is required with
     ``Sharing.FLOW_CAP``. ``trace_steps`` > 0 records every chunk of each worker's first
-    ``trace_steps`` steps, for timelines.
+    ``trace_steps`` steps, for timelines. ``start_offsets_s`` (one per worker; None: all 0)
+    is when each worker starts its first step: real workers never start at one instant, and
+    workers started together stay in lock step in a deterministic model (see
+    :func:`simulate.predict.staggered_starts`).
     """
 
     workers: int
@@ -93,12 +96,18 @@ class SimConfig:
     flow_cap_Bps: float | None = None
     colocation: Colocation | None = None
     trace_steps: int = 0
+    start_offsets_s: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
             raise UsageError("--workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
             raise UsageError("--steps", f"must be between 1 and {MAX_STEPS}, not {self.steps}")
+        if self.start_offsets_s is not None:
+            offsets = tuple(float(x) for x in self.start_offsets_s)
+            if len(offsets) != self.workers or not all(math.isfinite(x) and x >= 0 for x in offsets):
+                raise UsageError("start_offsets_s", f"needs {self.workers} finite, non-negative start times")
+            object.__setattr__(self, "start_offsets_s", offsets)
         if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
             raise UsageError("--warmup", f"must be at least 0 and below --steps ({self.steps}), not {self.warmup}")
         if self.sharing is Sharing.FLOW_CAP:

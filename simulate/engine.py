@@ -127,6 +127,7 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         sync=config.mode is not Mode.ASYNC, slot_host=slot_host, host_cores=host_cores,
         win_t=win_t, win_v=win_v, win_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
         update_delay=np.array([f.update_delay_s for f in flows]),
+        start_at=np.array(config.start_offsets_s or (0.0,) * W, dtype=np.float64),
         trace_steps=config.trace_steps, trace_w=np.zeros((trace_cap, 3), dtype=np.int64),
         trace_op=np.zeros(trace_cap, dtype=np.int64), trace_t=np.zeros((trace_cap, 2)),
     )

@@ -221,7 +221,7 @@ def _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n, d, now):
 @njit(cache=True, error_model="numpy")
 def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, n_slots, slot_link, slot_sched,
                slot_cap, link_capacity, link_dir, n_servers, sharing, flow_cap, win_bytes, sync, slot_host,
-               host_cores, win_t, win_v, win_n, update_delay, trace_steps, trace_w, trace_op, trace_t):
+               host_cores, win_t, win_v, win_n, update_delay, start_at, trace_steps, trace_w, trace_op, trace_t):
     """Simulate every worker's steps; return (step_start, step_end, op_events, trace_count).
 
     ``samples[w, k]`` is the profiled step that worker ``w`` replays as its k-th step.
@@ -229,7 +229,9 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
 
     ``win_t``/``win_v`` (2, K) hold each direction's window timeline (``win_n[d]`` entries,
     times ascending, values non-decreasing) and ``update_delay[d]`` its window-update delay;
-    only ``grpc`` links use them.
+    only ``grpc`` links use them. Worker ``w`` starts its first step at ``start_at[w]``
+    (a timer entry ``2G + w``; at one instant chunk ends come first, then window returns,
+    then starts).
 
     Each event runs three phases. (1) The finished chunk's op releases its dependents
     (in successor order) and its own slot takes its next chunk, as actions on a list that
@@ -252,10 +254,11 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     cur_t = np.zeros(G)
     cur_t0 = np.zeros(G)
     stamp = np.full(G, -1, dtype=np.int64)
-    # Heap entries 0..G-1 are chunk slots, G..2G-1 the window-return timers of grpc links.
-    heap = np.empty(2 * G, dtype=np.int64)
-    hpos = np.full(2 * G, -1, dtype=np.int64)
-    ev_t = np.full(2 * G, np.inf)
+    # Heap entries 0..G-1 are chunk slots, G..2G-1 the window-return timers of grpc links,
+    # 2G..2G+W-1 the workers' delayed starts.
+    heap = np.empty(2 * G + n_workers, dtype=np.int64)
+    hpos = np.full(2 * G + n_workers, -1, dtype=np.int64)
+    ev_t = np.full(2 * G + n_workers, np.inf)
     slot_off = np.zeros(n_slots + 1, dtype=np.int64)
     for s in range(n_slots):
         slot_off[s + 1] = slot_off[s] + slot_cap[s]
@@ -327,9 +330,13 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
 
     now = 0.0
     n_act = 0
-    for w in range(n_workers):  # every worker starts its first step at time 0
+    for w in range(n_workers):
         waiting[w * n_ops:(w + 1) * n_ops] = in_degree
         ops_left[w] = n_ops
+        if start_at[w] > 0.0:
+            step_start[w, 0] = start_at[w]
+            _heap_set(heap, hpos, ev_t, counters, 2 * G + w, start_at[w])
+            continue
         for r in roots:
             act_kind[n_act] = 0
             act_w[n_act] = w
@@ -572,6 +579,20 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
         # The finished slot stays in the heap: if it takes a new chunk, phase 3 re-keys it in
         # place (one sift instead of a pop and a push); if it goes idle, it is removed then.
         now = ev_t[g]
+        if g >= 2 * G:
+            # A worker's delayed start: its first step's roots.
+            w = g - 2 * G
+            _heap_remove(heap, hpos, ev_t, counters, g)
+            n_act = 0
+            for r in roots:
+                act_kind[n_act] = 0
+                act_w[n_act] = w
+                act_x[n_act] = r
+                n_act += 1
+            ev_w = w
+            ev_g = g
+            ev_timer = True
+            continue
         if g >= G:
             # Window returns of grpc link slot g - G: connection bytes back, paused streams resume.
             gl = g - G

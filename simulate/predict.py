@@ -54,6 +54,21 @@ def _as_list(value) -> list:
     return list(value)
 
 
+def staggered_starts(profile: Profile, workers: int, stagger: float) -> tuple[float, ...] | None:
+    """Start times spreading the workers evenly over ``stagger`` profiled steps (median makespan).
+
+    Real workers never start at one instant; in a deterministic model, workers started
+    together share every link in lock step and stay so (all of them download, then all
+    compute, then all upload), leaving each link idle while the others work. Spreading the
+    starts lets the model find the staggered pattern that a real asynchronous job settles
+    into. ``stagger = 0`` starts every worker at time 0 (the papers' Alg. 3.1).
+    """
+    if stagger == 0 or workers == 1:
+        return None
+    step = float(np.median(profile.step_makespan_s))
+    return tuple(stagger * step * w / workers for w in range(workers))
+
+
 def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict,
                 with_efficiency: bool = False):
     colocation = options.get("colocation")
@@ -63,7 +78,8 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                     priorities=scenario.priorities)
     config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=sharing, transfer=scenario.transfer,
                        steps=options["steps"], warmup=options["warmup"], seed=options["seed"],
-                       flow_cap_Bps=options.get("flow_cap_Bps"), colocation=colocation)
+                       flow_cap_Bps=options.get("flow_cap_Bps"), colocation=colocation,
+                       start_offsets_s=staggered_starts(profile, scenario.workers, options.get("stagger", 0.0)))
     result = run(graph, cluster, config)
     efficiency = math.nan
     if with_efficiency:
@@ -183,6 +199,7 @@ def predict(
     cores: float | None = None,
     ci_target: float | None = None,
     max_steps: int = 16000,
+    stagger: float = 1.0,
     jobs: int = 1,
     progress: bool = False,
 ):
@@ -205,6 +222,8 @@ def predict(
             host with that many cores.
         ci_target: stop once the 95% half-width is below this fraction of the throughput,
             doubling the steps up to ``max_steps``; the ``steps`` column reports what was used.
+        stagger: workers start spread evenly over this many profiled steps
+            (:func:`staggered_starts`; 0: all at time 0, as in the papers).
         jobs: parallel processes.
 
     Columns: see ``ROW_COLUMNS``; step times are the gaps between a worker's step completions
@@ -246,8 +265,10 @@ def predict(
     col = colocation
     if col is None and cores is not None:
         col = _single_host(cores)
+    if not (math.isfinite(stagger) and stagger >= 0):
+        raise UsageError("--stagger", f"must be finite and non-negative, not {stagger}")
     options = {"steps": steps, "warmup": warmup, "seed": seed, "flow_cap_Bps": flow_cap_Bps, "colocation": col,
-               "ci_target": ci_target, "max_steps": max(max_steps, steps)}
+               "ci_target": ci_target, "max_steps": max(max_steps, steps), "stagger": float(stagger)}
     SimConfig(workers=1, steps=steps, warmup=warmup)  # validate the shared options before spawning work
     rows = run_scenarios(profile, cluster, scenarios, options, jobs=jobs, progress=progress)
     frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "saturated"])

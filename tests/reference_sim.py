@@ -204,8 +204,15 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         for op in roots:
             start(w, op)
 
+    offsets = config.start_offsets_s or (0.0,) * W
+    starts = sorted((numeric(offsets[w]), w) for w in range(W) if offsets[w] > 0)
     for w in range(W):
-        start_step(w)
+        if offsets[w] > 0:  # a delayed first step: set when it happens
+            for op in range(graph.n_ops):
+                waiting[(w, op)] = n_preds[op]
+            ops_left[w] = graph.n_ops
+        else:
+            start_step(w)
 
     def take_next(w, r):
         """The resource is free: its next chunk, or the worker leaves the link."""
@@ -216,9 +223,18 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         elif r[0] in (0, 2) and w in active[r]:
             active[r].remove(w)
 
-    while Q or returns:
+    while Q or returns or starts:
         next_end = min((x.remaining / rate(x) if x.remaining > 0 and rate(x) > 0 else
                         (numeric(0) if x.remaining <= 0 else math.inf)) for x in Q) if Q else math.inf
+        if starts and starts[0][0] < now + next_end and (not returns or starts[0][0] < min(returns)[0]):
+            # A worker's delayed first step; at one instant, after chunk ends and window returns.
+            t, w = starts.pop(0)
+            rates_now = {id(x): rate(x) for x in Q}
+            for x in Q:
+                x.remaining -= (t - now) * rates_now[id(x)]
+            now = t
+            start_step(w)
+            continue
         if returns and min(returns)[0] < now + next_end:
             # Window returns strictly before the next chunk end (at a tie the chunk ends first);
             # at one time, link slots in (worker, resource) order.

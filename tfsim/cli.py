@@ -290,6 +290,10 @@ def _add_predict(sub) -> None:
     p.add_argument("--flow-cap", metavar="RATE", help="per-flow cap for --sharing flow_cap")
     p.add_argument("--steps", type=positive_int, default=1000, help="steps per worker (default: 1000)")
     p.add_argument("--warmup", type=non_negative_int, default=50, help="steps dropped per worker (default: 50)")
+    p.add_argument("--stagger", type=float, default=1.0, metavar="STEPS",
+                   help="workers start spread evenly over this many profiled steps, as real workers never start "
+                        "at one instant (default: 1; 0 starts all at once, as the papers' algorithm does, and "
+                        "leaves them in lock step)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     p.add_argument("--ci-target", type=float, metavar="F",
                    help="double the steps until the 95%% half-width is below F x throughput")

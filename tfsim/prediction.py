@@ -176,7 +176,7 @@ def run_cli(args) -> int:
     frame = predict(
         profile, effective, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
         transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup,
-        seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target,
+        seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger,
         jobs=args.jobs or default_jobs(), progress=not args.no_progress,
     )
     model = profile.meta.get("model") or Path(args.profile).stem

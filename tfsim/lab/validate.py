@@ -58,23 +58,31 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
         LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=(1, 2), profile_steps=6, measure_steps=12,
                    warmup_steps=2),
     ),
+    # Three models whose traffic spans three orders of magnitude (0.5, 30 and 100 MB per step and
+    # direction), each at two link rates where its transfers and its computation take comparable
+    # time on this machine; a pinned small window; two PS. About 30 minutes here.
     "matrix": (
-        LabSetting("resnet50-1gbit", "resnet50", 4, 1_000_000_000, image_size=32),
-        LabSetting("resnet50-500mbit", "resnet50", 4, 500_000_000, image_size=32),
-        LabSetting("vgg11-1gbit", "vgg11", 8, 1_000_000_000, image_size=32),
-        LabSetting("vgg11-500mbit", "vgg11", 8, 500_000_000, image_size=32),
-        LabSetting("inception3-1gbit", "inception3", 4, 1_000_000_000, image_size=75),
-        LabSetting("inception3-500mbit", "inception3", 4, 500_000_000, image_size=75),
-        LabSetting("resnet50-1gbit-smallwin", "resnet50", 4, 1_000_000_000, image_size=32,
-                   grpc_options=SMALL_WINDOW),
-        LabSetting("resnet50-1gbit-2ps", "resnet50", 4, 1_000_000_000, image_size=32, ps_tasks=2),
+        LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, profile_steps=8, measure_steps=24, warmup_steps=3),
+        LabSetting("tiny-50mbit", "tiny", 32, 50_000_000, profile_steps=8, measure_steps=24, warmup_steps=3),
+        LabSetting("wide_mlp-1gbit", "wide_mlp", 16, 1_000_000_000, profile_steps=8, measure_steps=16,
+                   warmup_steps=2),
+        LabSetting("wide_mlp-500mbit", "wide_mlp", 16, 500_000_000, profile_steps=8, measure_steps=14,
+                   warmup_steps=2),
+        LabSetting("resnet50-2gbit", "resnet50", 4, 2_000_000_000, image_size=32, profile_steps=6,
+                   measure_steps=10, warmup_steps=2),
+        LabSetting("resnet50-1gbit", "resnet50", 4, 1_000_000_000, image_size=32, profile_steps=6,
+                   measure_steps=10, warmup_steps=2),
+        LabSetting("wide_mlp-1gbit-smallwin", "wide_mlp", 16, 1_000_000_000, profile_steps=8, measure_steps=12,
+                   warmup_steps=2, grpc_options=SMALL_WINDOW),
+        LabSetting("wide_mlp-1gbit-2ps", "wide_mlp", 16, 1_000_000_000, profile_steps=8, measure_steps=16,
+                   warmup_steps=2, ps_tasks=2),
     ),
 }
 
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "workers", "measured_eps",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
-                  "lin_async_eps", "cynthia_eps", "measured_step_s",
+                  "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS))
 
 
@@ -90,11 +98,22 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
     config = CollectConfig(
         out_dir=out, model=setting.model, batch_size=setting.batch_size, image_size=setting.image_size,
         steps=steps, warmup_steps=setting.warmup_steps,
-        trace_every=1 if capture else steps + 1,  # measuring runs trace one step only
+        # The profiling run traces every other step: the untraced ones measure what tracing costs
+        # (:func:`untraced_step_s`); measuring runs trace one step only.
+        trace_every=2 if capture else steps + 1,
         workers=workers, ps_tasks=setting.ps_tasks, intra_op_threads=1, inter_op_threads=1, capture=capture,
         zero_init=True, env=setting.env, iperf_repeats=3, iperf_seconds=2.0, timeout_s=1200.0,
     )
     return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True)
+
+
+def untraced_step_s(run_dir: Path) -> float | None:
+    """Median wall time of the run's measured steps that were not traced, or None."""
+    import csv
+
+    with open(run_dir / "step_times.csv", newline="") as handle:
+        walls = [float(r["wall_s"]) for r in csv.DictReader(handle) if r["measured"] == "1" and r["traced"] == "0"]
+    return float(sorted(walls)[len(walls) // 2]) if walls else None
 
 
 def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
@@ -104,6 +123,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     from calibration.cluster_file import load_cluster, save_cluster
     from simulate.compare import baselines
     from simulate.predict import predict
+    from simulate.untrace import fit_computation_scale, scale_computation
     from tfprofile.profile_io import save_profile
     from tfprofile.rundir import profile_from_run_dir
 
@@ -123,8 +143,13 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     save_figure(overhead_figure(calibration), out_dir / "overhead.png")
     save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
     profile = profile_from_run_dir(run_dir)
-    save_profile(profile, out_dir / "profile.npz")
     cluster = load_cluster(out_dir / "CLUSTER.json")
+    target = untraced_step_s(run_dir)
+    scale = fit_computation_scale(profile, cluster, target) if target else 1.0
+    profile = scale_computation(profile, scale)
+    _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
+         f"({target * 1e3 if target else float('nan'):.1f} ms): tracing's own cost")
+    save_profile(profile, out_dir / "profile.npz")
     # The capture is big and fully summarised in CLUSTER.json: do not keep it.
     for capture in run_dir.glob("capture.pcap*"):
         capture.unlink()
@@ -152,7 +177,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
             **{f"error_{m}": predicted[m] / measured["throughput_eps"] - 1 for m in TRANSFER_MODELS},
             "lin_async_eps": float(base_w.get("lin-async", math.nan)), "cynthia_eps": float(base_w.get("cynthia", math.nan)),
-            "measured_step_s": measured["step_time_median_s"],
+            "measured_step_s": measured["step_time_median_s"], "computation_scale": scale,
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
                for m in TRANSFER_MODELS},
         })
