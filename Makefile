@@ -22,13 +22,18 @@ $(VENV)/.tf-installed: $(VENV)/.core-installed
 	$(PIP) install -e '.[tf,dev]'
 	touch $@
 
-# Debian tools the capture and lab tests drive (installed only where missing; needs root).
+# Debian tools the capture, lab and browser tests drive (installed only where missing; needs root).
 system-deps:
 	@missing=""; for tool in tcpdump tshark iperf3 ip; do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages for:$$missing"; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tcpdump tshark iperf3 iproute2 >/dev/null; \
+	fi
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  echo "installing chromium and chromium-driver for the report's browser check"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
 demo: $(VENV)/.core-installed

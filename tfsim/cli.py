@@ -28,6 +28,7 @@ workflow:
   tfsim order     TicTac transfer priorities (TIC, TAC) and scheduling efficiency
   tfsim predict   simulate the job on W workers and M servers: throughput table and plot
   tfsim compare   the simulation beside the coarse analytical baselines (and measurements)
+  tfsim report    one self-contained HTML page: calibration, job, throughput over W, orders, steps
   tfsim lab       measure real W-worker throughput on emulated clusters; publish the error
   tfsim demo      summary, prediction, orderings and baselines on the bundled real data
 """
@@ -338,6 +339,48 @@ def _run_compare(args) -> int:
     return comparison.run_cli(args)
 
 
+# ---------------------------------------------------------------------------- report
+
+def _add_report(sub) -> None:
+    p = sub.add_parser(
+        "report", help="one self-contained HTML page: how many workers, and is an enforced order worth it",
+        description="Write DIR/report.html, one page that works offline: the cluster's calibration and its fit, "
+                    "the job (ops, bytes, critical path, TicTac's E and S), predicted throughput against W with its "
+                    "95%% band, the saturation point, the coarse baselines and the measurements when given, the "
+                    "transfer-order what-if (tic, tac, fifo, random, against the cluster's default transfer model), "
+                    "Gantt pictures of simulated steps with "
+                    "1 and with W workers, and a plain-language recommendation. Beside it: report.json, "
+                    "prediction.json (as tfsim predict --json writes it), and CSV tables.",
+        epilog="The reference is the cluster's default transfer model (grpc for clusters calibrated from TF 2.x "
+               "captures, http2 without a calibration). The prediction is tfsim predict --transfer "
+               "REFERENCE,http2,fifo,tic,tac,random with the same --workers, --steps, --warmup and --seed, so its "
+               "numbers match tfsim predict --json. Calibration plots are "
+               "taken from the <name>-plots/ directory beside CLUSTER.json, or from --cluster-plots.",
+    )
+    p.add_argument("profile", type=Path, metavar="PROFILE")
+    _add_cluster_options(p)
+    p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"), help="default: async")
+    p.add_argument("--measured", type=Path, metavar="LAB.csv", help="measured throughput (workers, measured_eps)")
+    p.add_argument("--setting", help="which setting of a lab results.csv with several")
+    p.add_argument("--cluster-plots", type=Path, metavar="DIR",
+                   help="the calibration plots (tfsim calibrate --plots DIR; default: <cluster name>-plots/)")
+    p.add_argument("--steps", type=positive_int, default=1000, help="steps per worker (default: 1000)")
+    p.add_argument("--warmup", type=non_negative_int, default=50, help="steps dropped per worker (default: 50)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--gantt-workers", type=positive_int, metavar="W",
+                   help="workers in the second Gantt picture (default: the saturation point)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
+    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
+    p.set_defaults(handler=_run_report)
+
+
+def _run_report(args) -> int:
+    from tfsim.report import command
+
+    return command.run_cli(args)
+
+
 # ---------------------------------------------------------------------------- lab
 
 def _add_lab(sub) -> None:
@@ -405,7 +448,7 @@ def _add_order(sub) -> None:
 
 
 _COMMANDS: tuple[Callable, ...] = (_add_collect, _add_profile, _add_calibrate, _add_order, _add_predict, _add_compare,
-                                   _add_lab, _add_demo)
+                                   _add_report, _add_lab, _add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,11 @@
 """``tfsim demo``: the pipeline on the bundled real data, no TensorFlow and no network needed.
 
-It summarises every bundled profile, predicts the main model's throughput over W with
-each transfer ordering (HTTP/2 as gRPC does it, FIFO with flow control off, TicTac's TIC
-and TAC orders), sets the coarse analytical baselines beside it, and writes tables, JSON
-and a plot to one directory (written whole, then renamed into place).
+It summarises every bundled profile, then writes the report (:mod:`tfsim.report`) on the
+main model: its throughput over W with each transfer ordering (HTTP/2 as gRPC does it, FIFO
+with flow control off, TicTac's TIC and TAC orders, random orders), the coarse analytical
+baselines beside it, and Gantt pictures of simulated steps. Everything goes to one directory
+(written whole, then renamed into place): the report page and its JSON and CSV, the profile
+summaries, the plots and the findings in a few lines.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ from tfsim.errors import InputError
 from tfsim.fileio import atomic_output, write_json, write_text
 
 MAIN_MODEL = "resnet50"
-DEMO_WORKERS = (1, 2, 3, 4, 6, 8, 12, 16)
-DEMO_TRANSFERS = ("http2", "fifo", "tic", "tac")
+DEMO_WORKERS = (1, 2, 3, 4, 6, 8)  # well past resnet50's saturation point; under a minute with every order
 DEMO_BANDWIDTH = "1gbit"
 
 
@@ -37,18 +38,30 @@ def find_cluster(data: Path):
     return preferred[0] if preferred else None
 
 
-def run_cli(args) -> int:
+def summarise_profiles(paths: list[Path]):
+    """One row per bundled profile: size of the DAG, bytes per step, step time, critical path."""
     import pandas as pd
 
-    from calibration.cluster_file import load_cluster
-    from simulate.cluster import ClusterModel
-    from simulate.compare import baselines
-    from simulate.predict import default_jobs, predict
     from tfprofile.profile_io import load_profile
     from tfprofile.summary import summarize
+
+    rows = []
+    for path in paths:
+        s = summarize(load_profile(path))
+        rows.append({"profile": path.stem, "model": s["model"], "batch": s["batch_size"], "ops": s["ops"],
+                     "transfers": s["transfers"], "MB_down_per_step": s["bytes_downlink"] / 1e6,
+                     "MB_up_per_step": s["bytes_uplink"] / 1e6, "step_time_ms": s["step_time_s"]["median"] * 1e3,
+                     "critical_path_ms": s["critical_path_median_s"] * 1e3})
+    return pd.DataFrame(rows)
+
+
+def run_cli(args) -> int:
+    from simulate.predict import default_jobs
     from tfsim.plots import save_figure, throughput_figure
-    from tfsim.prediction import format_table, ordering_priorities, prediction_document
-    from tfsim.units import format_rate, parse_rate
+    from tfsim.prediction import format_table
+    from tfsim.report.advice import headline, order_advice
+    from tfsim.report import ReportRequest, make_report
+    from tfsim.units import format_rate
 
     started = time.monotonic()
     data = args.data or project_data_dir()
@@ -61,77 +74,65 @@ def run_cli(args) -> int:
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
 
-    _say(f"[1/4] summarising {len(profiles)} bundled profiles from {data / 'profiles'}")
-    rows, loaded = [], {}
-    for path in profiles:
-        profile = load_profile(path)
-        loaded[path.stem] = profile
-        s = summarize(profile)
-        rows.append({"profile": path.stem, "model": s["model"], "batch": s["batch_size"], "ops": s["ops"],
-                     "transfers": s["transfers"], "MB_down_per_step": s["bytes_downlink"] / 1e6,
-                     "MB_up_per_step": s["bytes_uplink"] / 1e6, "step_time_ms": s["step_time_s"]["median"] * 1e3,
-                     "critical_path_ms": s["critical_path_median_s"] * 1e3})
-    summaries = pd.DataFrame(rows)
+    _say(f"[1/3] summarising {len(profiles)} bundled profiles from {data / 'profiles'}")
+    summaries = summarise_profiles(profiles)
     print(summaries.to_string(index=False, float_format=lambda x: f"{x:,.1f}"))
     with atomic_output(partial / "profiles.csv") as handle:
         summaries.to_csv(handle, index=False)
 
-    main = MAIN_MODEL if MAIN_MODEL in loaded else next(iter(loaded))
-    profile = loaded[main]
+    main = MAIN_MODEL if MAIN_MODEL in summaries["profile"].tolist() else profiles[0].stem
     cluster_path = find_cluster(data)
-    if cluster_path is not None:
-        cluster = load_cluster(cluster_path)
-        where = f"calibrated cluster {cluster_path.name}"
-    else:
-        cluster = ClusterModel.from_bandwidth(parse_rate(DEMO_BANDWIDTH))
-        where = f"{DEMO_BANDWIDTH} links, uncalibrated (no parsing overhead, unlimited HTTP/2 window)"
-    _say(f"[2/4] predicting {main} on W = {', '.join(map(str, DEMO_WORKERS))} with {', '.join(DEMO_TRANSFERS)} "
-         f"orderings on {where}")
-    priorities = ordering_priorities(profile, DEMO_TRANSFERS, bandwidth_Bps=cluster.downlink_Bps, seed=0)
-    frame = predict(profile, cluster, workers=DEMO_WORKERS, transfer=DEMO_TRANSFERS, priorities=priorities,
-                    steps=args.steps, warmup=min(50, args.steps // 5), jobs=args.jobs or default_jobs(),
-                    progress=True)
-    print(f"\n{main}, batch {profile.batch_size}, on {format_rate(cluster.downlink_Bps)} links "
-          f"(* = saturation point):")
-    print(format_table(frame))
-    with atomic_output(partial / "prediction.csv") as handle:
-        frame.to_csv(handle, index=False, float_format="%.9g")
-    write_json(partial / "prediction.json",
-               prediction_document(frame, profile_path=data / "profiles" / f"{main}.npz", cluster=cluster))
-
-    _say("[3/4] coarse analytical baselines")
-    base = baselines(profile, cluster, DEMO_WORKERS, "async")
-    with atomic_output(partial / "baselines.csv") as handle:
-        base.to_csv(handle, index=False, float_format="%.9g")
+    where = (f"calibrated cluster {cluster_path.name}" if cluster_path is not None else
+             f"{DEMO_BANDWIDTH} links, uncalibrated (no parsing overhead, unlimited HTTP/2 window)")
+    _say(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, on {where}")
+    request = ReportRequest(profile_path=data / "profiles" / f"{main}.npz", cluster_path=cluster_path,
+                            bandwidth=None if cluster_path is not None else DEMO_BANDWIDTH,
+                            workers=",".join(map(str, DEMO_WORKERS)), steps=args.steps,
+                            warmup=min(50, args.steps // 5), jobs=args.jobs or default_jobs(), progress=True)
+    report, page = make_report(request, partial, say=lambda message: _say("      " + message))
+    frame, reference = report.frame, report.reference
+    links = format_rate(report.cluster["bandwidth_Bps"]["downlink"])
+    print(f"\n{main}, batch {report.batch_size}, on {links} links (* = saturation point):")
+    print(format_table(frame[~frame["policy"].str.startswith("random#")]))
+    ref = report.reference_policy
+    print(f"\neach order against {ref} (E: TicTac's scheduling efficiency at W = 1):")
+    print(report.orderings.to_string(index=False, formatters={
+        "efficiency_E": "{:.2f}".format, "throughput_Wmin_eps": "{:,.1f}".format, "throughput_Wmax_eps": "{:,.1f}".format,
+        "mean_gain": "{:+.1%}".format, "best_gain": "{:+.1%}".format}))
+    advice = order_advice(headline(report))
+    if advice is not None:
+        print(advice[1])
     print("\nbaselines (examples/s):")
-    print(base.pivot(index="workers", columns="model", values="throughput_eps").to_string(
+    print(report.baselines.pivot(index="workers", columns="model", values="throughput_eps").to_string(
         float_format=lambda x: f"{x:,.1f}"))
 
-    _say("[4/4] plotting")
-    http2 = frame[frame["policy"] == "http2"]
-    save_figure(throughput_figure(frame, title=f"{main} (batch {profile.batch_size}), "
-                                              f"{format_rate(cluster.downlink_Bps)} links: predicted throughput"),
-                partial / "throughput.png")
-    save_figure(throughput_figure(http2, baselines=base, title=f"{main}: simulation vs coarse baselines"),
-                partial / "baselines.png")
-    best = frame.loc[frame.groupby("workers")["throughput_eps"].idxmax()]
-    saturation = int(http2[http2["saturated"]]["workers"].iloc[0])
-    lines = [f"tfsim demo: {main} (batch {profile.batch_size}) on {where}", "",
-             f"- with gRPC's HTTP/2 transfers, throughput saturates at W = {saturation} "
-             f"({http2[http2['workers'] == saturation]['throughput_eps'].iloc[0]:.1f} examples/s)"]
+    _say("[3/3] plotting")
+    save_figure(throughput_figure(frame, title=f"{main} (batch {report.batch_size}), {links} links: "
+                                              "predicted throughput"), partial / "throughput.png")
+    save_figure(throughput_figure(reference, baselines=report.baselines,
+                                  title=f"{main}: simulation vs coarse baselines"), partial / "baselines.png")
+    named = frame[~frame["policy"].str.startswith("random#")]
+    best = named.loc[named.groupby("workers")["throughput_eps"].idxmax()]
+    saturation = report.saturation_workers
+    lines = [f"tfsim demo: {main} (batch {report.batch_size}) on {where}", "",
+             f"- with the {ref} transfer model, throughput saturates at W = {saturation} "
+             f"({reference[reference['workers'] == saturation]['throughput_eps'].iloc[0]:.1f} examples/s)"]
     for _, row in best.iterrows():
-        base_thr = http2[http2["workers"] == row["workers"]]["throughput_eps"].iloc[0]
+        base_thr = reference[reference["workers"] == row["workers"]]["throughput_eps"].iloc[0]
         lines.append(f"- W = {row['workers']:>2}: best order {row['policy']:<5} "
                      f"{row['throughput_eps']:8.1f} examples/s ({(row['throughput_eps'] / base_thr - 1) * 100:+.1f}% "
-                     f"over http2)")
+                     f"over {ref})")
     write_text(partial / "findings.txt", "\n".join(lines) + "\n")
     write_json(partial / "demo.json", {"format": "tfsim.demo/1", "model": main, "cluster": where,
-                                       "workers": list(DEMO_WORKERS), "transfers": list(DEMO_TRANSFERS),
-                                       "steps": args.steps, "saturation_workers_http2": saturation})
+                                       "workers": list(DEMO_WORKERS), "transfers": sorted(set(frame["policy"])),
+                                       "steps": args.steps, "reference_transfer": ref,
+                                       "saturation_workers": saturation})
     if out.exists():
         shutil.rmtree(out)
     partial.rename(out)
     print("\n" + "\n".join(lines))
-    print(f"\nwrote {out}/ (prediction.csv/json, baselines.csv, profiles.csv, throughput.png, baselines.png, "
-          f"findings.txt) in {time.monotonic() - started:.0f} s")
+    print(f"\nwrote {out}/ (report.html with report.json, prediction.csv/json, comparison.csv, baselines.csv, "
+          f"orderings.csv; profiles.csv, throughput.png, baselines.png, findings.txt) in "
+          f"{time.monotonic() - started:.0f} s")
+    print(f"the report: {out / page.name}")
     return 0

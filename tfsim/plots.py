@@ -31,6 +31,8 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
     ``workers`` and ``throughput_eps`` (drawn as points); ``baselines`` one with ``workers``,
     ``model`` and ``throughput_eps`` (dashed lines)."""
     plt = pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     fig, ax = plt.subplots(figsize=(7.5, 4.6), dpi=120)
     random = frame[frame["policy"].astype(str).str.startswith("random#")] if "policy" in frame else frame.iloc[:0]
     if len(random):
@@ -61,6 +63,7 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
         ax.plot(measured["workers"], measured["throughput_eps"], ls="none", marker="s", ms=6, color="black",
                 label="measured")
     ax.set_xlabel("workers W")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole
     ax.set_ylabel("throughput (examples/s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
@@ -70,13 +73,19 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
     return fig
 
 
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically."""
+def figure_bytes(fig, fmt: str = "png") -> bytes:
+    """The figure as PNG, SVG or PDF bytes, identical on every run, and close it."""
     plt = pyplot()
     buffer = io.BytesIO()
-    fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
-    fmt = fmt if fmt in ("png", "svg", "pdf") else "png"
     metadata = {"Software": None} if fmt == "png" else {"Date": None}  # no timestamps: same bytes every run
-    fig.savefig(buffer, format=fmt, metadata=metadata)
+    # SVG element ids are random unless salted.
+    with plt.rc_context({"svg.hashsalt": "tfsim"}):
+        fig.savefig(buffer, format=fmt, metadata=metadata)
     plt.close(fig)
-    write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def save_figure(fig, path: str | os.PathLike) -> None:
+    """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically."""
+    fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
+    write_bytes(path, figure_bytes(fig, fmt if fmt in ("png", "svg", "pdf") else "png"))

@@ -138,6 +138,16 @@ def ordering_verdict(summary, threshold: float = 0.02) -> str:
             f"(best: {best['policy']}, {best['mean_gain_over_http2'] * 100:+.1f}%): not worth enforcing")
 
 
+def ordering_fields(summary) -> dict:
+    """What a prediction document adds when it compares orders: the per-policy summary, the
+    random orders' spread (when there are any) and the verdict."""
+    fields = {"orderings": json.loads(summary.to_json(orient="records")), "ordering_verdict": ordering_verdict(summary)}
+    spread = random_spread(summary)
+    if spread:
+        fields["random_spread"] = spread
+    return fields
+
+
 def resolve_cluster(cluster_path, bandwidth_text):
     """The cluster to predict for: a CLUSTER.json, rescaled to ``bandwidth_text`` if given (a
     what-if), or, without one, a bandwidth-only cluster (with a warning that it is uncalibrated)."""
@@ -189,13 +199,10 @@ def run_cli(args) -> int:
         summary = ordering_summary(frame)
         print()
         print(format_ordering_summary(summary))
-        spread = random_spread(summary)
-        if spread:
-            print(spread)
-            extra["random_spread"] = spread
-        print(ordering_verdict(summary))
-        extra["orderings"] = json.loads(summary.to_json(orient="records"))
-        extra["ordering_verdict"] = ordering_verdict(summary)
+        extra = ordering_fields(summary)
+        if "random_spread" in extra:
+            print(extra["random_spread"])
+        print(extra["ordering_verdict"])
     if args.json:
         write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=effective, extra=extra))
     if args.csv:
@@ -214,26 +221,41 @@ def run_cli(args) -> int:
 def write_trace(profile, cluster, args, priorities) -> None:
     """Simulate a few steps of the largest (or the chosen) configuration and write its Chrome trace."""
     from simulate.chrome_trace import write_chrome_trace
-    from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
-    from simulate.engine import run
     from simulate.predict import parse_workers
-    from simulate.prepare import prepare
 
-    workers = args.trace_workers or max(parse_workers(args.workers))
     name = args.transfer.split(",")[0].strip()
-    transfer = Transfer.PRIORITY if name in priorities else parse_enum(Transfer, name, "--transfer")
-    sharing = parse_enum(Sharing, args.sharing.split(",")[0].strip(), "--sharing")
-    if sharing is Sharing.HYBRID:
-        warnings.warn(TfsimWarning("--trace-out", "hybrid sharing traced as ps"), stacklevel=2)
-        sharing = Sharing.PS
-    mode = parse_enum(Mode, args.mode, "--mode")
-    graph = prepare(profile, cluster, workers=workers, mode=mode, servers=args.servers,
-                    priorities=priorities.get(name))
-    colocation = Colocation.single_host(workers, graph.n_servers, args.cores) if args.cores else None
-    config = SimConfig(workers=workers, mode=mode, sharing=sharing, transfer=transfer, steps=args.trace_steps,
-                       warmup=0, seed=args.seed, trace_steps=args.trace_steps, colocation=colocation,
-                       flow_cap_Bps=parse_rate(args.flow_cap, "--flow-cap") if args.flow_cap else None)
+    run = traced_run(profile, cluster, workers=args.trace_workers or max(parse_workers(args.workers)),
+                     transfer=name, priorities=priorities, sharing=args.sharing.split(",")[0].strip(),
+                     mode=args.mode, servers=args.servers, cores=args.cores, steps=args.trace_steps,
+                     seed=args.seed, flow_cap=args.flow_cap, stagger=args.stagger)
     try:
-        write_chrome_trace(run(graph, cluster, config), args.trace_out)
+        write_chrome_trace(run, args.trace_out)
     except OSError as exc:
         raise InputError(args.trace_out, f"cannot write: {exc.strerror or exc}") from None
+
+
+def traced_run(profile, cluster, *, workers: int, transfer: str, priorities: dict, sharing: str = "ps",
+               mode: str = "async", servers: int | None = None, cores: float | None = None, steps: int = 3,
+               seed: int = 0, flow_cap: str | None = None, stagger: float = 1.0):
+    """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
+    :class:`~simulate.engine.SimRun` with a ``trace``). ``transfer`` is a scheduler name or a
+    key of ``priorities``. Workers start as :func:`simulate.predict.staggered_starts` spreads them."""
+    from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
+    from simulate.engine import run
+    from simulate.predict import staggered_starts
+    from simulate.prepare import prepare
+
+    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "--transfer")
+    sharing_ = parse_enum(Sharing, sharing, "--sharing")
+    if sharing_ is Sharing.HYBRID:
+        warnings.warn(TfsimWarning("--trace-out", "hybrid sharing traced as ps"), stacklevel=2)
+        sharing_ = Sharing.PS
+    mode_ = parse_enum(Mode, mode, "--mode")
+    graph = prepare(profile, cluster, workers=workers, mode=mode_, servers=servers,
+                    priorities=priorities.get(transfer))
+    colocation = Colocation.single_host(workers, graph.n_servers, cores) if cores else None
+    config = SimConfig(workers=workers, mode=mode_, sharing=sharing_, transfer=kind, steps=steps,
+                       warmup=0, seed=seed, trace_steps=steps, colocation=colocation,
+                       start_offsets_s=staggered_starts(profile, workers, stagger),
+                       flow_cap_Bps=parse_rate(flow_cap, "--flow-cap") if flow_cap else None)
+    return run(graph, cluster, config)

@@ -1,0 +1,168 @@
+"""The report's answers in numbers (the headline) and in plain sentences (the recommendation):
+how many workers before throughput saturates, what limits it there, and whether enforcing a
+transfer order is worth it. Every figure is read from the computed report."""
+
+from __future__ import annotations
+
+import math
+
+LINK_BOUND = 0.8  # a link this busy at the saturation point is what limits the job
+ORDER_WORTH = 0.02  # the gain over the reference an order must beat on average (as tfsim predict's verdict)
+ORDER_MATTERS = 0.02  # random orders spreading less than this: the order barely matters
+MODEL_ERROR_NOTE = 0.2  # calibration capture errors above this are worth a caveat
+
+
+TRANSFER_MODELS = ("grpc", "http2")  # models of gRPC's own behaviour, not orders one could enforce
+
+
+def _candidate_orders(orderings):
+    """Orders that could be enforced: not a model of gRPC itself, not a random draw."""
+    named = orderings[~orderings["policy"].isin(TRANSFER_MODELS) & ~orderings["policy"].str.startswith("random#")]
+    return named.dropna(subset=["mean_gain"])
+
+
+def headline(report) -> dict:
+    """The numbers the page leads with (also in ``report.json``)."""
+    reference = report.reference
+    saturation = report.saturation_workers
+    at_sat = reference[reference["workers"] == saturation].iloc[0]
+    peak = reference.loc[reference["throughput_eps"].idxmax()]
+    first = reference.iloc[0]
+    busiest = "downlink" if at_sat["util_downlink"] >= at_sat["util_uplink"] else "uplink"
+    out = {
+        "reference_policy": report.reference_policy,
+        "saturation_workers": saturation,
+        "largest_workers": int(reference["workers"].max()),
+        "throughput_at_saturation_eps": float(at_sat["throughput_eps"]),
+        "ci95_at_saturation_eps": _number(at_sat["ci95_eps"]),
+        "peak_throughput_eps": float(peak["throughput_eps"]),
+        "peak_workers": int(peak["workers"]),
+        "speedup_at_saturation": (float(at_sat["throughput_eps"] / first["throughput_eps"])
+                                  if int(first["workers"]) == 1 else None),
+        "busiest_link": busiest,
+        "busiest_link_utilisation": float(at_sat[f"util_{busiest}"]),
+        "network_wait_fraction_one": report.gantt_one.stats()["network_wait_fraction"],
+        "network_wait_fraction_many": report.gantt_many.stats()["network_wait_fraction"],
+        "gantt_workers": report.gantt_many.workers,
+    }
+    candidates = _candidate_orders(report.orderings)
+    if len(candidates):
+        best = candidates.loc[candidates["mean_gain"].idxmax()]
+        frame = report.frame
+        at = frame[(frame["workers"] == saturation) & (frame["policy"] == best["policy"])]["throughput_eps"]
+        out.update({"best_order": str(best["policy"]), "best_order_mean_gain": float(best["mean_gain"]),
+                    "best_order_max_gain": float(best["best_gain"]),
+                    "best_order_max_gain_workers": int(best["best_gain_workers"]),
+                    "best_order_gain_at_saturation": float(at.iloc[0] / at_sat["throughput_eps"] - 1),
+                    "order_worth_enforcing": bool(best["mean_gain"] > ORDER_WORTH)})
+    random = report.orderings[report.orderings["policy"].str.startswith("random#")]
+    if len(random):
+        out["random_gain_range"] = [float(random["mean_gain"].min()), float(random["mean_gain"].max())]
+    errors = mean_abs_errors(report.comparison)
+    if errors:
+        out["mean_abs_error"] = errors
+    return out
+
+
+def mean_abs_errors(comparison) -> dict:
+    """Each method's mean |relative error| against the measurements (empty without them)."""
+    out = {}
+    for column in comparison.columns:
+        if column.startswith("error_"):
+            value = float(comparison[column].abs().mean())
+            if math.isfinite(value):
+                out[column[len("error_"):]] = value
+    return out
+
+
+def _number(value):
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _pct(value: float, sign: bool = False) -> str:
+    # Rounded before formatting, and + 0.0, so that a tiny loss reads +0.0%, not -0.0%.
+    return f"{round(value * 100, 1) + 0.0:+.1f}%" if sign else f"{value * 100:.0f}%"
+
+
+def _pct1(value: float) -> str:
+    return f"{value * 100:.1f}%"
+
+
+def order_advice(numbers: dict) -> tuple[str, str] | None:
+    """Whether enforcing an order is worth it: a short label and the sentence that says why."""
+    if "best_order" not in numbers:
+        return None
+    best, mean, sat = numbers["best_order"], numbers["best_order_mean_gain"], numbers["saturation_workers"]
+    at_sat, reference = numbers["best_order_gain_at_saturation"], numbers["reference_policy"]
+    most = f"up to {_pct(numbers['best_order_max_gain'], True)} at W = {numbers['best_order_max_gain_workers']}"
+    if numbers["order_worth_enforcing"] and at_sat > ORDER_WORTH:
+        return "Worth enforcing", (f"Enforcing the {best} order is worth trying: it is predicted to gain "
+                                   f"{_pct(mean, True)} over {reference} on average over the sweep ({most}) and "
+                                   f"{_pct(at_sat, True)} at W = {sat}.")
+    if numbers["order_worth_enforcing"]:
+        return "Worth it below the saturation point", (
+            f"Enforcing the {best} order pays only with fewer than {sat} workers: it is predicted to gain "
+            f"{_pct(mean, True)} over {reference} on average over the sweep ({most}), but {_pct(at_sat, True)} "
+            f"at W = {sat}.")
+    return "Not worth enforcing", (f"Enforcing a transfer order is not worth it: none beats {reference} by more than "
+                                   f"{ORDER_WORTH * 100:.0f}% on average (best: {best}, {_pct(mean, True)}; "
+                                   f"{_pct(at_sat, True)} at W = {sat}).")
+
+
+def recommendation(report, numbers: dict) -> list[str]:
+    """A few plain sentences, each built from the numbers in ``numbers`` (see :func:`headline`)."""
+    sentences = []
+    sat, largest = numbers["saturation_workers"], numbers["largest_workers"]
+    thr = numbers["throughput_at_saturation_eps"]
+    if sat == largest and largest > 1:
+        sentences.append(f"Throughput still grows at W = {largest}, the largest worker count predicted "
+                         f"({thr:,.1f} examples/s): predict more workers (--workers) to find where it saturates.")
+    else:
+        extra = numbers["peak_throughput_eps"] / thr - 1
+        speedup = (f", {numbers['speedup_at_saturation']:.1f}× one worker" if numbers["speedup_at_saturation"]
+                   else "")
+        sentences.append(
+            f"Use up to {sat} worker{'s' if sat != 1 else ''}. With the {numbers['reference_policy']} transfer model "
+            f"the job reaches "
+            f"{thr:,.1f} examples/s at W = {sat}{speedup}, within 5% of the most this sweep reaches; "
+            f"going up to W = {largest} adds {_pct1(extra)} at most.")
+    util = numbers["busiest_link_utilisation"]
+    if util >= LINK_BOUND:
+        sentences.append(f"At W = {sat} the parameter server's {numbers['busiest_link']} is {_pct(util)} busy: the "
+                         "network is the bottleneck, so a faster link or more parameter servers (tfsim predict --ps M) "
+                         "would raise the ceiling, and more workers would not.")
+    else:
+        sentences.append(f"At W = {sat} the busiest link ({numbers['busiest_link']}) is {_pct(util)} busy, so raw "
+                         "bandwidth is not all that limits the job.")
+    sentences.append(f"In the simulated steps a lone worker waits on the network {_pct(numbers['network_wait_fraction_one'])} "
+                     f"of the time; with {numbers['gantt_workers']} workers, "
+                     f"{_pct(numbers['network_wait_fraction_many'])}.")
+    orders = order_advice(numbers)
+    if orders is not None:
+        sentences.append(orders[1])
+    if "random_gain_range" in numbers:
+        low, high = numbers["random_gain_range"]
+        matters = "matters" if high - low >= ORDER_MATTERS else "barely matters"
+        sentences.append(f"Random orders land between {_pct(low, True)} and {_pct(high, True)} over "
+                         f"{numbers['reference_policy']} on average: "
+                         f"the order of the transfers {matters} for this job.")
+    errors = numbers.get("mean_abs_error")
+    if errors and "tfsim" in errors:
+        others = sorted(((e, m) for m, e in errors.items() if m != "tfsim"))
+        best_other = f"; the best coarse baseline, {others[0][1]}, is off by {_pct(others[0][0])}" if others else ""
+        sentences.append(f"Against the measurements tfsim is off by {_pct(errors['tfsim'])} on average{best_other}.")
+    sentences.extend(_calibration_caveats(report.cluster, numbers["reference_policy"]))
+    return sentences
+
+
+def _calibration_caveats(cluster: dict, model: str) -> list[str]:
+    if not cluster["calibrated"]:
+        return ["The cluster is not calibrated (no parsing overhead, an unlimited HTTP/2 window): calibrate it "
+                "(tfsim calibrate) before acting on the absolute numbers."]
+    errors = (cluster.get("transfer_model_error") or {}).get(model) or {}
+    worst = max(((e.get("median") or 0.0, d) for d, e in errors.items() if d != "all"), default=None)
+    if worst and worst[0] > MODEL_ERROR_NOTE:
+        return [f"On the calibration capture the {model} transfer model's median stream end-time error is "
+                f"{_pct(worst[0])} ({worst[1]}): read the absolute numbers with that margin."]
+    return []

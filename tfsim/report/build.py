@@ -1,0 +1,183 @@
+"""Compute everything the report shows, from its inputs alone.
+
+The reference is the cluster's default transfer model (``grpc`` for a cluster calibrated from
+TF 2.x captures, ``http2`` without a calibration), as ``tfsim predict`` uses it. The prediction
+is exactly ``tfsim predict`` with the reference and every order (``--transfer
+REFERENCE,http2,fifo,tic,tac,random``) and the same steps, warm-up and seed, so
+``prediction.json`` beside the page equals ``tfsim predict --json`` for the same inputs. The
+baselines and the measured comparison are ``tfsim compare``'s; the Gantt pictures come from
+traced runs of the reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+from tfsim.errors import InputError, UsageError
+
+REPORT_ORDERS = ("http2", "fifo", "tic", "tac", "random")
+GANTT_STEPS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportRequest:
+    """The inputs of one report, as the command line gives them."""
+
+    profile_path: Path
+    cluster_path: Path | None = None
+    bandwidth: str | None = None
+    workers: str = "1-16"
+    steps: int = 1000
+    warmup: int = 50
+    seed: int = 0
+    mode: str = "async"
+    cores: float | None = None
+    measured_path: Path | None = None
+    setting: str | None = None
+    gantt_workers: int | None = None
+    plots_dir: Path | None = None
+    jobs: int = 1
+    progress: bool = True
+
+    def command_line(self) -> str:
+        """The ``tfsim report`` command that reproduces this report (without ``--out``)."""
+        parts = ["tfsim report", str(self.profile_path)]
+        if self.cluster_path is not None:
+            parts += ["--cluster", str(self.cluster_path)]
+        if self.bandwidth:
+            parts += ["--bandwidth", self.bandwidth]
+        parts += ["--workers", self.workers, "--steps", str(self.steps), "--warmup", str(self.warmup),
+                  "--seed", str(self.seed)]
+        if self.mode != "async":
+            parts += ["--mode", self.mode]
+        if self.cores is not None:
+            parts += ["--cores", f"{self.cores:g}"]
+        if self.measured_path is not None:
+            parts += ["--measured", str(self.measured_path)]
+        if self.setting:
+            parts += ["--setting", self.setting]
+        if self.gantt_workers:
+            parts += ["--gantt-workers", str(self.gantt_workers)]
+        return " ".join(parts)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Report:
+    """Everything the page, ``report.json`` and the CSV files show."""
+
+    request: ReportRequest
+    model: str
+    batch_size: int
+    cluster: dict
+    reference_policy: str  # the cluster's default transfer model: what the orders are measured against
+    job: dict
+    frame: object  # the prediction table, one row per (policy, W)
+    prediction: dict  # its tfsim.prediction/1 document
+    baselines: object  # workers, model, throughput_eps, step_time_s
+    comparison: object  # one row per W: measured, tfsim and each baseline, and the errors
+    measured: object | None
+    orderings: object  # per order: E at W = 1, throughput, gains over the reference (order_gains)
+    gantt_one: object
+    gantt_many: object
+    calibration_plots: tuple[tuple[str, Path], ...]
+
+    @property
+    def reference(self):
+        """The reference rows: the prediction with the cluster's default transfer model."""
+        rows = self.frame[self.frame["policy"] == self.reference_policy]
+        return rows.sort_values("workers").reset_index(drop=True)
+
+    @property
+    def saturation_workers(self) -> int:
+        saturated = self.reference[self.reference["saturated"]]
+        return int(saturated["workers"].iloc[0])
+
+
+def gantt_worker_count(request: ReportRequest, workers: list[int], saturation: int) -> int:
+    """How many workers the second Gantt picture shows: as asked, else the saturation point (or
+    the next W of the sweep when that is 1, so that there is contention to see)."""
+    if request.gantt_workers:
+        return request.gantt_workers
+    if saturation > 1:
+        return saturation
+    larger = [w for w in workers if w > 1]
+    return larger[0] if larger else 2
+
+
+def report_transfers(reference: str) -> list[str]:
+    """The transfer models and orders a report predicts: the reference first, then every order."""
+    return [reference] + [name for name in REPORT_ORDERS if name != reference]
+
+
+def order_gains(frame, reference: str):
+    """Per policy: TicTac's E at W = 1, throughput at the smallest and largest W, and its gain over
+    ``reference`` (mean over the sweep, best, and the W of the best). One row per policy."""
+    import pandas as pd
+
+    base = frame[frame["policy"] == reference].set_index("workers")["throughput_eps"]
+    rows = []
+    for policy, group in frame.groupby("policy", sort=False):
+        group = group.set_index("workers").sort_index()
+        gain = (group["throughput_eps"] / base.reindex(group.index) - 1.0).dropna()
+        rows.append({"policy": policy, "efficiency_E": group["efficiency_E"].iloc[0],
+                     "throughput_Wmin_eps": group["throughput_eps"].iloc[0],
+                     "throughput_Wmax_eps": group["throughput_eps"].iloc[-1],
+                     "mean_gain": float(gain.mean()), "best_gain": float(gain.max()),
+                     "best_gain_workers": int(gain.idxmax())})
+    return pd.DataFrame(rows)
+
+
+def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None) -> Report:
+    """Read the inputs, run the sweep, the baselines and the traced runs; nothing is written."""
+    from simulate.compare import baselines
+    from simulate.predict import ordering_summary, parse_workers, predict
+    from tfprofile.profile_io import load_profile
+    from tfsim.comparison import comparison_table, read_measured
+    from tfsim.prediction import (expand_random, ordering_fields, ordering_priorities, prediction_document,
+                                  resolve_cluster, traced_run)
+    from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
+    from tfsim.report.gantt import gantt_from_run
+
+    say(f"[1/4] reading {request.profile_path}"
+        + (f" and {request.cluster_path}" if request.cluster_path else ""))
+    profile = load_profile(request.profile_path)
+    cluster = resolve_cluster(request.cluster_path, request.bandwidth)
+    if request.plots_dir is not None and not request.plots_dir.is_dir():
+        raise InputError(request.plots_dir, "no such directory (give the DIR of tfsim calibrate --plots DIR)")
+    measured = read_measured(request.measured_path, request.setting) if request.measured_path else None
+    workers = parse_workers(request.workers)
+    if request.warmup >= request.steps:
+        raise UsageError("--warmup", f"must be below --steps ({request.steps}), not {request.warmup}")
+    job = job_facts(profile)
+
+    reference = cluster.default_transfer
+    transfers = expand_random(report_transfers(reference))
+    say(f"[2/4] predicting W = {request.workers} with {', '.join(report_transfers(reference))} "
+        f"({request.steps} steps per worker)")
+    priorities = ordering_priorities(profile, transfers, bandwidth_Bps=cluster.downlink_Bps, seed=request.seed)
+    frame = predict(profile, cluster, workers=workers, mode=request.mode, transfer=transfers, priorities=priorities,
+                    steps=request.steps, warmup=request.warmup, seed=request.seed, cores=request.cores,
+                    jobs=request.jobs, progress=request.progress)
+    document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
+                                   extra=ordering_fields(ordering_summary(frame)))
+
+    say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
+                                               if measured is not None else ""))
+    base = baselines(profile, cluster, workers, request.mode)
+    reference_rows = frame[frame["policy"] == reference]
+    comparison = comparison_table(reference_rows[["workers", "throughput_eps"]], base, measured)
+
+    saturation = int(reference_rows[reference_rows["saturated"]]["workers"].iloc[0])
+    many = gantt_worker_count(request, workers, saturation)
+    say(f"[4/4] tracing {GANTT_STEPS} simulated steps with 1 and with {many} workers")
+    gantts = [gantt_from_run(traced_run(profile, cluster, workers=w, transfer=reference, priorities={},
+                                        mode=request.mode, cores=request.cores, steps=GANTT_STEPS,
+                                        seed=request.seed)) for w in (1, many)]
+    return Report(request=request, model=profile.meta.get("model") or Path(request.profile_path).stem,
+                  batch_size=profile.batch_size, cluster=cluster_facts(cluster, request.cluster_path, request.bandwidth),
+                  reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
+                  comparison=comparison, measured=measured, orderings=order_gains(frame, reference),
+                  gantt_one=gantts[0], gantt_many=gantts[1],
+                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)))

@@ -1,0 +1,88 @@
+"""The report's figures as inline PNG (``data:`` URIs), so the page needs no other file.
+
+PNGs are written without timestamps (:func:`tfsim.plots.figure_bytes`), so equal inputs give
+an equal page.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import warnings
+
+from tfsim.errors import InputError, TfsimWarning
+from tfsim.units import format_rate
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One picture of the page: its ``data:`` URI and its caption."""
+
+    key: str
+    uri: str
+    caption: str
+
+
+def png_uri(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _render(fig) -> str:
+    from tfsim.plots import figure_bytes
+
+    return png_uri(figure_bytes(fig, "png"))
+
+
+def report_figures(report) -> dict[str, Figure]:
+    """Every figure of the page, by key: ``throughput``, ``orderings``, ``gantt_one``,
+    ``gantt_many`` and ``calibration_<name>`` for each calibration plot found."""
+    from tfsim.plots import throughput_figure
+    from tfsim.report.gantt import gantt_figure
+
+    links = format_rate(report.cluster["bandwidth_Bps"]["downlink"])
+    figures = {}
+    figures["throughput"] = Figure(
+        "throughput",
+        _render(throughput_figure(report.reference, baselines=report.baselines, measured=report.measured,
+                                  title=f"{report.model} (batch {report.batch_size}) on {links} links: "
+                                        f"predicted throughput ({report.reference_policy}), baselines"
+                                        + (" and measurements" if report.measured is not None else ""))),
+        f"Predicted throughput against the number of workers W with the {report.reference_policy} transfer model. "
+        "Band: 95% "
+        "confidence interval; star: saturation point; dashed: the coarse analytical baselines"
+        + ("; squares: measured." if report.measured is not None else "."))
+    figures["orderings"] = Figure(
+        "orderings",
+        _render(throughput_figure(report.frame, title=f"{report.model}: predicted throughput per transfer order")),
+        "The same sweep with each transfer model and order: " + ", ".join(
+            name for name in dict.fromkeys(report.frame["policy"]) if not name.startswith("random#"))
+        + ", and five random orders (their median and range).")
+    for key, gantt in (("gantt_one", report.gantt_one), ("gantt_many", report.gantt_many)):
+        w = gantt.workers
+        figures[key] = Figure(
+            key,
+            _render(gantt_figure(gantt, title=f"{gantt.steps} simulated steps with {w} worker{'s' if w > 1 else ''} "
+                                              f"({report.reference_policy})")),
+            f"{gantt.steps} simulated steps per worker with W = {w}: one row per resource of each worker; dark and "
+            "light shades alternate with the step; hatched: the worker's computation is idle while its transfers "
+            "are on the wire.")
+    for caption, path in report.calibration_plots:
+        data = _read_png(path)
+        if data is not None:
+            key = f"calibration_{path.stem}"
+            figures[key] = Figure(key, png_uri(data), caption + f" ({path.name})")
+    return figures
+
+
+def _read_png(path) -> bytes | None:
+    """A calibration plot's bytes; None (with a warning) for a file that is not a PNG."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+    if not data.startswith(PNG_SIGNATURE):
+        warnings.warn(TfsimWarning(path, "is not a PNG image: left out of the report"), stacklevel=2)
+        return None
+    return data

@@ -1,0 +1,70 @@
+"""Write the report: the page and, beside it, its numbers as JSON and CSV.
+
+Everything is computed before the first file is written, each file is written atomically,
+and ``report.html`` comes last: a failed run leaves no page, and a page always has its
+numbers beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from tfsim import __version__
+from tfsim.errors import InputError
+from tfsim.fileio import atomic_output, write_json, write_text
+
+REPORT_FORMAT = "tfsim.report/1"
+
+
+def _records(frame) -> list[dict]:
+    """A DataFrame as JSON records, non-finite numbers as null (JSON has no NaN)."""
+    rows = json.loads(frame.to_json(orient="records"))
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()} for row in rows]
+
+
+def report_document(report, numbers: dict, advice: list[str]) -> dict:
+    """``report.json``: every number the page shows."""
+    request = report.request
+    return {
+        "format": REPORT_FORMAT,
+        "tfsim": __version__,
+        "inputs": {"profile": str(request.profile_path),
+                   "cluster": None if request.cluster_path is None else str(request.cluster_path),
+                   "bandwidth": request.bandwidth, "measured": None if request.measured_path is None
+                   else str(request.measured_path), "setting": request.setting, "workers": request.workers,
+                   "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
+                   "cores": request.cores, "command": request.command_line()},
+        "headline": numbers,
+        "recommendation": advice,
+        "cluster": report.cluster,
+        "job": report.job,
+        "prediction": report.prediction,
+        "baselines": _records(report.baselines),
+        "comparison": _records(report.comparison),
+        "measured": None if report.measured is None else _records(report.measured),
+        "gantt": {"one_worker": report.gantt_one.stats(), "many_workers": report.gantt_many.stats()},
+        "calibration_plots": [str(path) for _, path in report.calibration_plots],
+    }
+
+
+def _write_csv(path: Path, frame) -> None:
+    with atomic_output(path) as handle:
+        frame.to_csv(handle, index=False, float_format="%.9g")
+
+
+def write_report(out_dir: Path, report, page: str, document: dict) -> Path:
+    """Write the files into ``out_dir`` (created if needed); return the page's path."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(out_dir / "report.json", document)
+        write_json(out_dir / "prediction.json", report.prediction)
+        _write_csv(out_dir / "prediction.csv", report.frame)
+        _write_csv(out_dir / "comparison.csv", report.comparison)
+        _write_csv(out_dir / "baselines.csv", report.baselines)
+        _write_csv(out_dir / "orderings.csv", report.orderings)
+        write_text(out_dir / "report.html", page)
+    except OSError as exc:
+        raise InputError(out_dir, f"cannot write the report: {exc.strerror or exc}") from None
+    return out_dir / "report.html"
