@@ -151,3 +151,36 @@ def test_cluster_file_errors(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(ClusterFormatError, match="object"):
         load_cluster(path)
+
+
+@pytest.mark.parametrize("name", SHAPED)
+def test_one_worker_reproduces_the_calibration_runs_step_time(calibrations, data_dir, name):
+    """SPEC §3's first property, on every bundled calibrated run: with its own calibration,
+    the model of one worker takes the traced step time to within 3%."""
+    import warnings
+
+    from calibration.cluster_file import cluster_from_dict
+    from simulate.predict import predict
+    from tfprofile.rundir import profile_from_run_dir
+
+    document = calibrations[name].to_cluster_json()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile = profile_from_run_dir(data_dir / "captures" / name)
+    cluster = cluster_from_dict(document)
+    frame = predict(profile, cluster, workers=1, transfer=cluster.default_transfer, steps=200, warmup=20)
+    traced = float(np.median(profile.step_makespan_s))
+    assert abs(frame["step_time_s"].iloc[0] / traced - 1) < 0.03
+
+
+@pytest.mark.parametrize("name", SHAPED)
+def test_every_transfer_model_is_checked_and_grpc_is_the_tf2_default(calibrations, name):
+    document = calibrations[name].to_cluster_json()
+    assert document["default_transfer"] == "grpc"  # the bundled captures are of TF 2.21
+    errors = document["transfer_model_error"]
+    assert set(errors) == {"grpc", "http2", "fifo"}
+    for model in errors.values():
+        assert model["uplink"]["n"] > 0 and model["downlink"]["n"] > 0
+    # ICPE's model misplaces the uplink's streams: TF 2.x's gRPC sends them in send-ready order.
+    assert errors["grpc"]["uplink"]["median"] < 0.5 * errors["http2"]["uplink"]["median"]
+    assert errors["grpc"]["uplink"]["median"] < 0.05
