@@ -30,12 +30,19 @@ class ClusterFormatError(InputError):
     """A CLUSTER.json that is not a tfsim cluster file of a supported version."""
 
 
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond the range of a float
+        return False
+
+
 def _number(path, data: dict, key: str, *, allow_none: bool = False) -> float:
     value = data.get(key)
     if value is None and allow_none:
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ClusterFormatError(path, f"{key} must be a finite number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+        raise ClusterFormatError(path, f"{key} must be a finite number, not {value!r:.40}")
     return float(value)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import statistics
 from pathlib import Path
@@ -99,7 +100,13 @@ def _get(data: dict, path: Path, *keys: str):
 def _number(value, path: Path, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise IperfError(path, f"{what} is not a number: {value!r:.60}")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the range of a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise IperfError(path, f"{what} is not a finite number: {value!r:.60}")
+    return number
 
 
 def _optional_number(value, path: Path, what: str) -> float | int | None:

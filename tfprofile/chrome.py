@@ -87,6 +87,8 @@ def _parse_step(path: Path) -> tuple[dict[tuple[str, str], dict], list[tuple[str
             name, op = str(args["name"]), str(args["op"])
         except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite ts or dur
             raise TraceFormatError(path, f"event {k} lacks ts, dur, args.name or args.op") from None
+        if dur_ns < 0:
+            raise TraceFormatError(path, f"event {k} has a negative duration")
         device = devices[e["pid"]]
         if name == "RecvTensor":
             recvs.append((device, start_ns, dur_ns))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import tokenize
 import zipfile
 import zlib
 from pathlib import Path
@@ -89,8 +90,10 @@ def load_profile(path: str | os.PathLike) -> Profile:
         raise ProfileFormatError(path, "no such file") from None
     except ProfileFormatError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error, NotImplementedError) as exc:
-        # NotImplementedError: a zip member compressed with a method zipfile does not know
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error, NotImplementedError,
+            tokenize.TokenError) as exc:
+        # NotImplementedError: a zip member compressed with a method zipfile does not know;
+        # TokenError: an array header numpy cannot tokenize
         raise ProfileFormatError(path, f"not a tfsim profile (.npz) or corrupt ({exc})") from None
     except MemoryError:  # an array header declaring more elements than memory holds
         raise ProfileFormatError(path, "corrupt: an array is larger than memory") from None
