@@ -8,6 +8,11 @@ few nodes, and the JSON, CSV, TSV and ``.npz`` files as they are.
 
 A :class:`Target` runs one input through the reader's public entry point and returns
 normally or raises; the documented exception types of the reader are in ``accepted``.
+
+"prediction": tfsim has no reader of its ``tfsim.prediction/1`` JSON; a prediction comes
+back in as the CSV table that ``tfsim compare --measured`` reads
+(:func:`tfsim.comparison.read_measured`, also the reader of ``tfsim lab`` measurements),
+and that is the reader fuzzed under this name.
 """
 
 from __future__ import annotations

@@ -324,6 +324,7 @@ class PcapReader:
         self.format = ""
         self.interfaces: list[Interface] = []
         self.kernel_drops: int | None = None
+        self._described: list | None = None  # scapy's interface list that self.interfaces mirrors
 
     def __iter__(self) -> Iterator[RawPacket]:
         with open_capture(self.path) as handle:
@@ -417,8 +418,6 @@ class PcapReader:
         self._described = reader.interfaces
         self.interfaces = [Interface(linktype, snaplen, options["tsresol"], options.get("tsoffset", 0))
                            for linktype, snaplen, options in reader.interfaces]
-
-    _described: list | None = None
 
     # -- why reading stopped --------------------------------------------------------------
 
