@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import fuzz  # noqa: E402
 from fuzz_targets import TARGETS  # noqa: E402
 
-INPUTS_PER_READER = 400
+INPUTS_PER_READER = 4000
 
 
 def _digest(target: str, seed: int, count: int) -> str:
