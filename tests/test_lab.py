@@ -65,3 +65,15 @@ def test_quick_preset_end_to_end(tmp_path):
     assert (tmp_path / "tiny-100mbit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "tiny-100mbit" / "CLUSTER.json").exists()
     assert set(list_namespaces()) == before
+
+
+def test_results_name_the_settings_that_miss_the_bars():
+    import pandas as pd
+
+    from tfsim.lab.validate import _bar_lines
+
+    frame = pd.DataFrame({"setting": ["a", "a", "b", "b"], "workers": [1, 2, 1, 2],
+                          "error_grpc": [0.05, -0.25, 0.02, 0.04]})
+    lines = _bar_lines(frame)
+    assert lines[0] == "bars (grpc model): mean |error| 9.0% (met: <= 10%); rows over 20%: 1 of 4"
+    assert lines[1:] == ["- a misses a bar: mean |error| 15.0%, worst -25.0% at W = 2"]

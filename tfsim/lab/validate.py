@@ -191,6 +191,23 @@ def machine_text() -> str:
     return f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}"
 
 
+MEAN_ERROR_BAR, MAX_ERROR_BAR = 0.10, 0.20  # the validation's bars, on the default (grpc) model
+
+
+def _bar_lines(frame) -> list[str]:
+    """Which settings miss the bars (mean |error| <= 10% over the matrix, every row <= 20%)."""
+    errors = frame["error_grpc"].abs()
+    lines = [f"bars (grpc model): mean |error| {errors.mean() * 100:.1f}% "
+             f"({'met' if errors.mean() <= MEAN_ERROR_BAR else 'missed'}: <= {MEAN_ERROR_BAR:.0%}); "
+             f"rows over {MAX_ERROR_BAR:.0%}: {int((errors > MAX_ERROR_BAR).sum())} of {len(errors)}"]
+    for setting, group in frame.groupby("setting", sort=False):
+        worst = group.loc[group["error_grpc"].abs().idxmax()]
+        if abs(worst["error_grpc"]) > MAX_ERROR_BAR or group["error_grpc"].abs().mean() > MEAN_ERROR_BAR:
+            lines.append(f"- {setting} misses a bar: mean |error| {group['error_grpc'].abs().mean() * 100:.1f}%, "
+                         f"worst {worst['error_grpc'] * 100:+.1f}% at W = {int(worst['workers'])}")
+    return lines
+
+
 def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s: float) -> None:
     """results.csv, results.md and one plot per setting (measured vs predicted over W)."""
     import pandas as pd
@@ -209,6 +226,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
         f"mean |error| (grpc model, the default): {grpc_err.mean() * 100:.1f}%, max {grpc_err.max() * 100:.1f}%; "
         f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%", "",
+        *_bar_lines(frame), "",
         "| setting | W | measured (ex/s) | predicted grpc | error | predicted http2 | error | predicted fifo | error "
         "| Lin et al. | Cynthia |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
