@@ -8,6 +8,8 @@ emulated cluster on this machine (:mod:`tfsim.lab.netns`):
 3. predict W = 1..K, with every task on this machine's cores (the co-location model of SPEC §3,
    since PS and workers share them), with the ``grpc`` (today's gRPC, the default for TF 2.x),
    ``http2`` (ICPE's model) and ``fifo`` transfer models, and the coarse baselines;
+   The ``grpc`` prediction is also given with every worker starting at once (lock step):
+   workers that start together may stay in step, and the real job lands between the two;
 4. run the real job with W = 1..K workers and measure its throughput: each worker's
    time-average over the last half of its steps, summed (ICPE §4.1);
 5. tabulate measured against predicted, with the relative error.
@@ -82,6 +84,7 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "workers", "measured_eps",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
+                  "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS))
 
@@ -114,6 +117,16 @@ def untraced_step_s(run_dir: Path) -> float | None:
     with open(run_dir / "step_times.csv", newline="") as handle:
         walls = [float(r["wall_s"]) for r in csv.DictReader(handle) if r["measured"] == "1" and r["traced"] == "0"]
     return float(sorted(walls)[len(walls) // 2]) if walls else None
+
+
+def lockstep_predictions(profile, cluster, workers, *, cores: float, steps: int) -> dict[int, float]:
+    """``grpc`` throughput per W with every worker starting at once (``stagger=0``): workers that
+    stay in lock step, the other end of the range from the default's staggered starts."""
+    from simulate.predict import predict
+
+    frame = predict(profile, cluster, workers=workers, transfer="grpc", cores=cores, steps=steps,
+                    warmup=min(50, steps // 5), stagger=0.0, jobs=1)
+    return {int(w): float(t) for w, t in zip(frame["workers"], frame["throughput_eps"])}
 
 
 def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
@@ -157,6 +170,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS), cores=cores,
                     steps=predict_steps, warmup=min(50, predict_steps // 5), jobs=1)
+    lockstep = lockstep_predictions(profile, cluster, setting.workers, cores=cores, steps=predict_steps)
     base = baselines(profile, cluster, setting.workers, "async")
     rows = []
     for w in setting.workers:
@@ -169,6 +183,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         predicted = {p: float(frame[(frame["workers"] == w) & (frame["policy"] == p)]["throughput_eps"].iloc[0])
                      for p in TRANSFER_MODELS}
         base_w = base[base["workers"] == w].set_index("model")["throughput_eps"]
+        predicted_lockstep = lockstep[w]
         rows.append({
             "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
             "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks,
@@ -176,6 +191,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "measured_eps": measured["throughput_eps"],
             **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
             **{f"error_{m}": predicted[m] / measured["throughput_eps"] - 1 for m in TRANSFER_MODELS},
+            "predicted_grpc_lockstep_eps": predicted_lockstep,
+            "error_grpc_lockstep": predicted_lockstep / measured["throughput_eps"] - 1,
             "lin_async_eps": float(base_w.get("lin-async", math.nan)), "cynthia_eps": float(base_w.get("cynthia", math.nan)),
             "measured_step_s": measured["step_time_median_s"], "computation_scale": scale,
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
@@ -228,12 +245,13 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%", "",
         *_bar_lines(frame), "",
         "| setting | W | measured (ex/s) | predicted grpc | error | predicted http2 | error | predicted fifo | error "
-        "| Lin et al. | Cynthia |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| grpc, lock step | error | Lin et al. | Cynthia |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, r in frame.iterrows():
         cells = "".join(f" {r[f'predicted_{m}_eps']:.2f} | {r[f'error_{m}'] * 100:+.1f}% |" for m in TRANSFER_MODELS)
         lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} |{cells} "
+                     f"{r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} |")
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
     from tfsim.plots import pyplot, save_figure
@@ -244,6 +262,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         ax.plot(group["workers"], group["measured_eps"], "ks", label="measured")
         ax.plot(group["workers"], group["predicted_grpc_eps"], "o-", label="tfsim (grpc)")
         ax.plot(group["workers"], group["predicted_http2_eps"], "o-.", label="tfsim (http2)")
+        ax.plot(group["workers"], group["predicted_grpc_lockstep_eps"], "v:", label="tfsim (grpc, lock step)")
         ax.plot(group["workers"], group["predicted_fifo_eps"], "o--", label="tfsim (fifo)")
         ax.plot(group["workers"], group["lin_async_eps"], ":", label="Lin et al.")
         ax.plot(group["workers"], group["cynthia_eps"], ":", label="Cynthia")
