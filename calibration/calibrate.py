@@ -351,14 +351,13 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     The run was 1 PS and 1 worker on this very cluster, so a model with the fitted B, WIN
     and α/β must reproduce its traced step time at W = 1 (SPEC §3's first property). Each
     placement (``compute``, ``lane``, ``delay``; :class:`simulate.cluster.OverheadPlacement`)
-    is simulated at W = 1 with the cluster's default transfer model; the one whose median step time is closest to the traced makespan
-    is chosen, and every placement's relative error is kept in CLUSTER.json.
+    is simulated at W = 1 with the cluster's default transfer model; the one whose median step
+    time is closest to the traced makespan is chosen, and every placement's relative error is
+    kept in CLUSTER.json.
     """
     from simulate.cluster import OverheadPlacement
-    from simulate.config import SimConfig, Transfer
-    from simulate.engine import run as simulate_run
-    from simulate.prepare import prepare
-    from simulate.results import step_times_s
+    from simulate.config import Transfer
+    from simulate.untrace import one_worker_step_s
 
     from calibration.cluster_file import cluster_from_dict
 
@@ -366,11 +365,9 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     errors = {}
     for placement in OverheadPlacement:
         cluster = cluster_from_dict({**cluster_document, "overhead_placement": placement.value}, "calibration")
-        graph = prepare(profile, cluster)
-        config = SimConfig(workers=1, steps=steps, warmup=min(20, steps // 5),
-                           transfer=Transfer(cluster.default_transfer))
-        result = simulate_run(graph, cluster, config)
-        errors[placement.value] = float(np.median(step_times_s(result)) / target - 1.0)
+        step_s = one_worker_step_s(profile, cluster, Transfer(cluster.default_transfer), steps=steps,
+                                   warmup=min(20, steps // 5))
+        errors[placement.value] = float(step_s / target - 1.0)
     best = min(errors, key=lambda k: abs(errors[k]))
     return best, {"traced_makespan_median_s": target, "relative_error_of_one_worker_step": errors}
 
@@ -403,9 +400,10 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     candidates = {"iperf3": bandwidth}
     if all(busy.values()):
         candidates["capture"] = busy
+    measured_flow = _flow_control(samples, capture, timelines)
     best = None
     for source, rates in candidates.items():
-        flow_control = _fit_update_delay(samples, rates, windows, _flow_control(samples, capture, timelines))
+        flow_control = _fit_update_delay(samples, rates, windows, measured_flow)
         calibration = Calibration(
             run_dir=str(run_dir), bandwidth_Bps=rates, bandwidth_spread_Bps=spread, busy_rate_Bps=busy,
             window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,

@@ -94,15 +94,9 @@ def replay_grpc(ready_s, size_bytes, rate_Bps: float, flow, time_offset_s: float
     (:class:`simulate.cluster.FlowControl`), read at ``time_offset_s + t``.
     """
     ready, size = _check(ready_s, size_bytes, rate_Bps)
-    timeline = flow.window_timeline
 
     def window(t):
-        value = timeline[0][1]
-        for when, v in timeline[1:]:
-            if when > t + time_offset_s:
-                break
-            value = v
-        return value
+        return flow.window_at(t + time_offset_s)
 
     n = size.size
     order = np.argsort(ready, kind="stable")

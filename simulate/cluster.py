@@ -82,6 +82,16 @@ class FlowControl:
         object.__setattr__(self, "window_timeline", timeline)
         object.__setattr__(self, "update_delay_s", check_non_negative(self.update_delay_s, "update_delay_s"))
 
+    def window_at(self, time_s: float) -> float:
+        """The window in force at ``time_s`` (the last timeline entry not after it; the first
+        entry before the timeline starts)."""
+        value = self.window_timeline[0][1]
+        for when, window in self.window_timeline[1:]:
+            if when > time_s:
+                break
+            value = window
+        return value
+
     @property
     def steady_window_bytes(self) -> float:
         """The window the timeline settles at."""

@@ -202,6 +202,26 @@ def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir
 
 
 @njit(cache=True, inline="always", error_model="numpy")
+def _act(act_kind, act_w, act_x, n_act, kind, w, x):
+    """Append an action (kind 0: op ``x`` ready; 1: slot ``x`` free; 2: stream ``x`` resumes) for
+    worker ``w``; return the new count."""
+    act_kind[n_act] = kind
+    act_w[n_act] = w
+    act_x[n_act] = x
+    return n_act + 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _ring_append(qo, qbase, qhead, qlen, cap, g, op):
+    """Put ``op`` at the back of slot ``g``'s FIFO ring buffer (capacity ``cap``)."""
+    tail = qhead[g] + qlen[g]
+    if tail >= cap:
+        tail -= cap
+    qo[qbase[g] + tail] = op
+    qlen[g] += 1
+
+
+@njit(cache=True, inline="always", error_model="numpy")
 def _window(win_t, win_v, win_n, d, now):
     """The receiver's window in direction ``d`` at time ``now`` (its calibrated timeline)."""
     value = win_v[d, 0]
@@ -338,10 +358,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             _heap_set(heap, hpos, ev_t, counters, 2 * G + w, start_at[w])
             continue
         for r in roots:
-            act_kind[n_act] = 0
-            act_w[n_act] = w
-            act_x[n_act] = r
-            n_act += 1
+            n_act = _act(act_kind, act_w, act_x, n_act, 0, w, r)
     ev_w = -1  # the worker whose chunk just finished (-1: the initial pseudo-event)
     ev_g = -1
     ev_timer = False
@@ -371,11 +388,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                             _q_push(qp, qs, qo, qlen, qbase, g, priority[op], seq, op)
                             seq += 1
                         else:  # FIFO: a ring buffer
-                            tail = qhead[g] + qlen[g]
-                            if tail >= slot_cap[slot]:
-                                tail -= slot_cap[slot]
-                            qo[qbase[g] + tail] = op
-                            qlen[g] += 1
+                            _ring_append(qo, qbase, qhead, qlen, slot_cap[slot], g, op)
                     else:
                         to_start = op
                 else:
@@ -434,11 +447,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                             sserved[k] = True
                             srem[k] = rem - win_bytes
                             last = False
-                            tail = qhead[g] + qlen[g]
-                            if tail >= slot_cap[slot]:
-                                tail -= slot_cap[slot]
-                            qo[qbase[g] + tail] = op
-                            qlen[g] += 1
+                            _ring_append(qo, qbase, qhead, qlen, slot_cap[slot], g, op)
                         elif slot_sched[slot] == SCHED_GRPC:
                             # As much of the head stream as the stream and connection windows allow.
                             win = _window(win_t, win_v, win_n, link_dir[link], now)
@@ -499,10 +508,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     ops_left[v] = n_ops
                     step_start[v, step_k[v]] = now
                     for r in roots:
-                        act_kind[n_act] = 0
-                        act_w[n_act] = v
-                        act_x[n_act] = r
-                        n_act += 1
+                        n_act = _act(act_kind, act_w, act_x, n_act, 0, v, r)
 
         if ev_w >= 0 and not ev_timer and cur_op[ev_g] < 0:
             _heap_remove(heap, hpos, ev_t, counters, ev_g)
@@ -585,10 +591,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             _heap_remove(heap, hpos, ev_t, counters, g)
             n_act = 0
             for r in roots:
-                act_kind[n_act] = 0
-                act_w[n_act] = w
-                act_x[n_act] = r
-                n_act += 1
+                n_act = _act(act_kind, act_w, act_x, n_act, 0, w, r)
             ev_w = w
             ev_g = g
             ev_timer = True
@@ -610,10 +613,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     ssent[kk] -= ret_b[j]
                     if spaused[kk] and ssent[kk] < _window(win_t, win_v, win_n, d, now):
                         spaused[kk] = False
-                        act_kind[n_act] = 2
-                        act_w[n_act] = w
-                        act_x[n_act] = op
-                        n_act += 1
+                        n_act = _act(act_kind, act_w, act_x, n_act, 2, w, op)
                 ret_head[gl] += 1
                 if ret_head[gl] == ret_cap[slot]:
                     ret_head[gl] = 0
@@ -622,10 +622,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                 _heap_set(heap, hpos, ev_t, counters, g, ret_t[base + ret_head[gl]])
             else:
                 _heap_remove(heap, hpos, ev_t, counters, g)
-            act_kind[n_act] = 1
-            act_w[n_act] = w
-            act_x[n_act] = slot
-            n_act += 1
+            n_act = _act(act_kind, act_w, act_x, n_act, 1, w, slot)
             ev_w = w
             ev_g = g
             ev_timer = True
@@ -681,14 +678,8 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                 j = w * n_ops + d
                 waiting[j] -= 1
                 if waiting[j] == 0:
-                    act_kind[n_act] = 0
-                    act_w[n_act] = w
-                    act_x[n_act] = d
-                    n_act += 1
-        act_kind[n_act] = 1
-        act_w[n_act] = w
-        act_x[n_act] = slot
-        n_act += 1
+                    n_act = _act(act_kind, act_w, act_x, n_act, 0, w, d)
+        n_act = _act(act_kind, act_w, act_x, n_act, 1, w, slot)
         ev_w = w
         ev_g = g
     return step_start, step_end, op_events, n_trace

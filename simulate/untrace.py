@@ -32,14 +32,17 @@ def scale_computation(profile: Profile, factor: float) -> Profile:
     return dataclasses.replace(profile, duration_s=duration, meta=meta)
 
 
-def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfer, steps: int = 80) -> float:
-    """The model's median step time with one worker."""
+def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfer, steps: int = 80,
+                      warmup: int | None = None) -> float:
+    """The model's median step time with one worker, over ``steps`` steps after ``warmup``
+    (default: a quarter of them, at most 10)."""
     from simulate.engine import run
     from simulate.prepare import prepare
     from simulate.results import step_times_s
 
+    warmup = min(10, steps // 4) if warmup is None else warmup
     result = run(prepare(profile, cluster), cluster, SimConfig(workers=1, transfer=transfer, steps=steps,
-                                                              warmup=min(10, steps // 4)))
+                                                              warmup=warmup))
     return float(np.median(step_times_s(result)))
 
 

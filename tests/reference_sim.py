@@ -79,11 +79,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
 
     def window(order):
         """SPEC §3 grpc: the window of the direction's calibrated timeline in force now."""
-        value = None
-        for t, v in flows[order].window_timeline:
-            if value is not None and t > now:
-                break
-            value = v
+        value = flows[order].window_at(now)
         return numeric(value) if value != math.inf else math.inf
 
     def blocked(w, r):

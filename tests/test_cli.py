@@ -4,18 +4,10 @@ import json
 
 import pytest
 
+from cli_runner import run
 from tfsim.cli import build_parser, main
 
 COMMANDS = ("collect", "profile", "calibrate", "order", "predict", "compare", "lab", "demo")
-
-
-def run(argv, capsys):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:  # argparse's own usage errors
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cli_runner import run
 from tfsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,15 +25,6 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 OUTPUTS = ("report.html", "report.json", "prediction.json", "prediction.csv", "comparison.csv", "baselines.csv",
            "orderings.csv")
 MEASURED = "workers,measured_eps\n1,500\n2,900\n3,1200\n6,1500\n"
-
-
-def run(argv, capsys):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exit_:  # argparse's own usage errors
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def report_args(data_dir, out, measured=None):

@@ -7,6 +7,7 @@ fails or on an internal error, 130 on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import warnings
@@ -40,6 +41,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # noqa: D401 - argparse API
         self.exit(2, f"tfsim: error: {message} (see {self.prog} --help)\n")
 
+
+
+def _deferred(module: str) -> Callable:
+    """The handler of a command whose work is ``module.run_cli(args)``; the module (and what it
+    imports: numba, pandas, matplotlib) loads only when that command runs, so ``--help`` stays fast."""
+
+    def handler(args) -> int:
+        return importlib.import_module(module).run_cli(args)
+
+    return handler
 
 # ---------------------------------------------------------------------------- collect
 
@@ -234,13 +245,8 @@ def _add_calibrate(sub) -> None:
                    help="capture decoder (default: scapy; tshark is the slower, independent reference)")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
     p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
-    p.set_defaults(handler=_run_calibrate)
+    p.set_defaults(handler=_deferred("calibration.cli"))
 
-
-def _run_calibrate(args) -> int:
-    from calibration.cli import run_cli
-
-    return run_cli(args)
 
 
 def _add_cluster_options(p) -> None:
@@ -303,13 +309,8 @@ def _add_predict(sub) -> None:
     p.add_argument("--trace-workers", type=positive_int, help="workers in the traced run (default: the largest W)")
     p.add_argument("--trace-steps", type=positive_int, default=3, help="steps per worker in the trace (default: 3)")
     _add_output_options(p)
-    p.set_defaults(handler=_run_predict)
+    p.set_defaults(handler=_deferred("tfsim.prediction"))
 
-
-def _run_predict(args) -> int:
-    from tfsim import prediction
-
-    return prediction.run_cli(args)
 
 
 # ---------------------------------------------------------------------------- compare
@@ -330,13 +331,8 @@ def _add_compare(sub) -> None:
     p.add_argument("--setting", help="which setting of a lab results.csv with several")
     p.add_argument("--steps", type=positive_int, default=600, help="simulated steps per worker (default: 600)")
     _add_output_options(p)
-    p.set_defaults(handler=_run_compare)
+    p.set_defaults(handler=_deferred("tfsim.comparison"))
 
-
-def _run_compare(args) -> int:
-    from tfsim import comparison
-
-    return comparison.run_cli(args)
 
 
 # ---------------------------------------------------------------------------- report
@@ -372,13 +368,8 @@ def _add_report(sub) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
-    p.set_defaults(handler=_run_report)
+    p.set_defaults(handler=_deferred("tfsim.report.command"))
 
-
-def _run_report(args) -> int:
-    from tfsim.report import command
-
-    return command.run_cli(args)
 
 
 # ---------------------------------------------------------------------------- lab
@@ -430,13 +421,8 @@ def _add_demo(sub) -> None:
     p.add_argument("--data", type=Path, help="the bundled data directory (default: the project's data/)")
     p.add_argument("--steps", type=positive_int, default=400, help="steps per worker (default: 400)")
     p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
-    p.set_defaults(handler=_run_demo)
+    p.set_defaults(handler=_deferred("tfsim.demo"))
 
-
-def _run_demo(args) -> int:
-    from tfsim import demo
-
-    return demo.run_cli(args)
 
 
 # ---------------------------------------------------------------------------- main
