@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 from netcapture import read_capture, run_server_ports  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapWriter, iter_packets  # noqa: E402
-from tfsim.fileio import write_json  # noqa: E402
-from tfsim.machine import cpu_model  # noqa: E402
+from tfbase.fileio import write_json  # noqa: E402
+from tfbase.machine import cpu_model  # noqa: E402
 from timing import time_calls  # noqa: E402
 
 CAPTURES = ROOT / "data" / "captures"

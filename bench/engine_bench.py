@@ -29,8 +29,8 @@ from simulate.engine import run  # noqa: E402
 from simulate.predict import predict  # noqa: E402
 from simulate.prepare import prepare  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
-from tfsim.fileio import write_json  # noqa: E402
-from tfsim.machine import machine_description  # noqa: E402
+from tfbase.fileio import write_json  # noqa: E402
+from tfbase.machine import machine_description  # noqa: E402
 
 
 def main() -> int:

@@ -340,7 +340,7 @@ def _run_chrome(data: bytes, scratch: Path) -> None:
 
 
 def _input_errors() -> tuple[type, ...]:
-    from tfsim.errors import InputError
+    from tfbase.errors import InputError
 
     return (InputError,)
 
@@ -430,7 +430,7 @@ def prediction_seeds() -> tuple[bytes, ...]:
 
 def _run_prediction(data: bytes, scratch: Path) -> None:
     from tfsim.comparison import read_measured
-    from tfsim.errors import InputError
+    from tfbase.errors import InputError
 
     path = _write(scratch, "predicted.csv", data)
     for setting in (None, "1gbit"):  # as tfsim compare reads it, without and with --setting

@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tfsim.fileio import write_json, write_text  # noqa: E402
-from tfsim.machine import machine_description  # noqa: E402
+from tfbase.fileio import write_json, write_text  # noqa: E402
+from tfbase.machine import machine_description  # noqa: E402
 
 SOURCE = ROOT / "data" / "captures" / "wide_1gbit" / "capture.pcap.gz"
 PCAP_HEADER = struct.Struct("<IHHiIII")

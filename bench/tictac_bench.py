@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from tfprofile import tictac  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
-from tfsim.fileio import write_json  # noqa: E402
-from tfsim.machine import cpu_model  # noqa: E402
+from tfbase.fileio import write_json  # noqa: E402
+from tfbase.machine import cpu_model  # noqa: E402
 from timing import time_calls  # noqa: E402
 
 DEFAULT_PROFILES = ("inception3", "resnet50")

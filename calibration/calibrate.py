@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tfsim.errors import InputError, RunDirError
+from tfbase.errors import InputError, RunDirError
 
 from calibration.cluster_file import CLUSTER_FORMAT
 from calibration.fit import LineFit, nonnegative_line

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tfsim.units import format_rate
+from tfbase.units import format_rate
 
 from calibration.calibrate import calibrate_run
 from calibration.cluster_file import save_cluster
@@ -48,7 +48,7 @@ def run_cli(args) -> int:
     save_cluster(document, args.output)
     if args.plots:
         from calibration.plots import overhead_figure, stream_timeline_figure
-        from tfsim.plots import save_figure
+        from tfbase.figures import save_figure
 
         save_figure(overhead_figure(calibration), args.plots / "overhead.png")
         save_figure(stream_timeline_figure(calibration), args.plots / "streams.png")

@@ -18,8 +18,8 @@ import math
 import os
 from pathlib import Path
 
-from tfsim.errors import InputError, UsageError
-from tfsim.fileio import write_json
+from tfbase.errors import InputError, UsageError
+from tfbase.fileio import write_json
 
 from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 

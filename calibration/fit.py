@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 
-from tfsim.errors import InputError
+from tfbase.errors import InputError
 
 
 MAX_EXACT_SAMPLES = 2000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tfsim.plots import pyplot
+from tfbase.figures import pyplot
 
 
 def overhead_figure(calibration):

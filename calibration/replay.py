@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 
 def _check(arrival_s, size_bytes, rate_Bps):

@@ -115,7 +115,7 @@ def read_capture(path: str | os.PathLike, backend: str = "scapy", *, server_port
     empty capture). Warnings are issued as :class:`CaptureWarning` and kept in
     ``Capture.warnings``.
     """
-    from tfsim.errors import UsageError
+    from tfbase.errors import UsageError
 
     path = Path(path)
     ports = None if server_ports is None else frozenset(int(p) for p in server_ports)

@@ -1,7 +1,7 @@
 """Exception and warning types of :mod:`netcapture`.
 
-They follow :mod:`tfsim.errors`: every problem with a user's file is an
-:class:`~tfsim.errors.InputError` whose one-line message starts with the file.
+They follow :mod:`tfbase.errors`: every problem with a user's file is an
+:class:`~tfbase.errors.InputError` whose one-line message starts with the file.
 
 As in dpkt, *incomplete* input and *malformed* input are different types, because a
 caller treats them differently: incomplete input (a file cut short, a frame still
@@ -18,7 +18,7 @@ waiting for bytes) may become valid with more data, malformed input never will.
 
 from __future__ import annotations
 
-from tfsim.errors import InputError, TfsimWarning
+from tfbase.errors import InputError, TfsimWarning
 
 
 class CaptureError(InputError):

@@ -467,7 +467,7 @@ class PcapWriter:
     """Write a classic pcap file (microsecond or nanosecond timestamps), one record at a time.
 
     For building small test captures and filtered copies; not atomic (use
-    :func:`tfsim.fileio.atomic_output` around it for outputs users keep).
+    :func:`tfbase.fileio.atomic_output` around it for outputs users keep).
     """
 
     def __init__(self, handle: BinaryIO, linktype: int = LINKTYPE_ETHERNET, snaplen: int = 262144,

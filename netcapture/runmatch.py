@@ -30,7 +30,7 @@ from netcapture.capture import Capture
 from netcapture.errors import MatchError
 from netcapture.streams import StreamRecord
 from netcapture.tcp import Endpoint
-from tfsim.errors import RunDirError, TraceFormatError
+from tfbase.errors import RunDirError, TraceFormatError
 
 _LABEL = re.compile(r"\]\s+(\S+)\s+from\s+(\S+)\s+to\s+(\S+)\s*$")
 # Slack when comparing trace and capture times: the trace's span starts when the tensor is

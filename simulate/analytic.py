@@ -19,7 +19,7 @@ from a tfsim profile. Transfer times are those of the whole model at the full
 bandwidth of one link, ``M/B``; the papers use one ``M/B`` for both directions, and
 here the downlink and uplink may differ (equal values give the papers' formulas).
 
-Bad arguments raise :class:`tfsim.errors.UsageError` naming the argument.
+Bad arguments raise :class:`tfbase.errors.UsageError` naming the argument.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 DEFAULT_RHO_THRESHOLD = 0.5
 """ρ_T of Eq. 5. TPDS §4.2.1 picked 0.5 for its CPU cluster and 0.6 for AWS GPU

@@ -19,7 +19,7 @@ import json
 import os
 
 from tfprofile.dag import Resource
-from tfsim.fileio import write_text
+from tfbase.fileio import write_text
 
 from simulate.engine import SimRun, slot_names
 from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER

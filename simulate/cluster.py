@@ -11,7 +11,7 @@ import dataclasses
 import enum
 import math
 
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 
 def _number(value, option: str) -> float:

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 import math
 
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 MAX_WORKERS = 1024  # beyond this, per-worker state (W x ops) stops fitting comfortably in memory
 MAX_STEPS = 1_000_000

@@ -98,7 +98,7 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     if config.colocation is not None:
         col = config.colocation
         if len(col.server_host) != M:
-            from tfsim.errors import UsageError
+            from tfbase.errors import UsageError
 
             raise UsageError("--cores", f"colocation places {len(col.server_host)} servers, not {M}")
         for w in range(W):

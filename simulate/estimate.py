@@ -53,7 +53,7 @@ import re
 import numpy as np
 
 from tfprofile.dag import OpGraph, Profile, Resource
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 from simulate import analytic
 from simulate.cluster import check_non_negative, check_rate

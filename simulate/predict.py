@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from tfprofile.dag import Profile
-from tfsim.errors import TfsimWarning, UsageError
+from tfbase.errors import TfsimWarning, UsageError
 
 from simulate.cluster import ClusterModel
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
@@ -208,7 +208,7 @@ def predict(
     Args:
         profile: a 1-worker profile (:func:`tfprofile.load_profile`).
         cluster: the calibrated cluster; ``None`` needs ``bandwidth_Bps`` and assumes no
-            parsing overhead and an unlimited window (a :class:`~tfsim.errors.TfsimWarning` says so).
+            parsing overhead and an unlimited window (a :class:`~tfbase.errors.TfsimWarning` says so).
         workers: counts to simulate: an int, an iterable, or a string like ``"1-16"``.
         servers: PS counts to re-partition the variables over (ICPE §5); ``None`` keeps the
             profile's placement.

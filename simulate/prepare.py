@@ -26,7 +26,7 @@ from typing import Mapping
 import numpy as np
 
 from tfprofile.dag import OpGraph, Profile, Resource
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 from simulate.cluster import ClusterModel, OverheadPlacement
 from simulate.config import Mode

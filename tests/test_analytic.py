@@ -14,7 +14,7 @@ import pytest
 from simulate import analytic, estimate
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 from tfprofile.profile_io import load_profile
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"
 BUNDLED = ("tiny", "alexnet", "vgg11", "resnet50", "inception3")

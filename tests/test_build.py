@@ -7,7 +7,7 @@ import pytest
 
 from tfprofile.build import GraphNode, StepRecords, TransferRecord, build_profile, split_input
 from tfprofile.dag import Resource
-from tfsim.errors import GraphError, TraceWarning
+from tfbase.errors import GraphError, TraceWarning
 
 PS = "/job:ps/replica:0/task:0/device:CPU:0"
 PS1 = "/job:ps/replica:0/task:1/device:CPU:0"

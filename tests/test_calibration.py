@@ -15,7 +15,7 @@ from simulate.config import SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
 from tfsim.cli import main
-from tfsim.errors import InputError
+from tfbase.errors import InputError
 
 SHAPED = {"wide_1gbit": 1e9, "wide_100mbit": 1e8, "wide_1gbit_smallwin": 1e9}
 

@@ -78,7 +78,7 @@ def test_atomic_output_survives_a_killed_writer(tmp_path):
     target.write_bytes(b"previous")
     code = (
         "import sys, time\n"
-        "from tfsim.fileio import atomic_output\n"
+        "from tfbase.fileio import atomic_output\n"
         "with atomic_output(sys.argv[1], 'wb') as h:\n"
         "    h.write(b'x' * 1000); h.flush(); print('writing', flush=True); time.sleep(60)\n"
     )

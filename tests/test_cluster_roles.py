@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tfprofile.harness.tfconfig import agreement_difference, load_task
-from tfsim.errors import ClusterError
+from tfbase.errors import ClusterError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IS_ROOT = os.geteuid() == 0

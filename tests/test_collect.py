@@ -81,7 +81,7 @@ def test_model_that_fails_to_build_exits_1_and_leaves_no_run(tmp_path):
     assert "worker0" in result.stderr and "this model does not build" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not run.exists() and (tmp_path / "run.incomplete").is_dir()
-    from tfsim.errors import RunDirError
+    from tfbase.errors import RunDirError
     from tfprofile.rundir import open_run_dir
 
     with pytest.raises(RunDirError):

@@ -97,7 +97,7 @@ def assert_clean_failure(stderr: str, run: Path) -> None:
     if partial.exists():
         assert not (partial / "run.json").exists()
         from tfprofile.rundir import open_run_dir
-        from tfsim.errors import RunDirError
+        from tfbase.errors import RunDirError
 
         with pytest.raises(RunDirError):
             open_run_dir(partial)

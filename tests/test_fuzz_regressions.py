@@ -73,7 +73,7 @@ def test_iperf_streams_must_be_a_list_of_objects(tmp_path):
 ])
 def test_measured_table_with_bad_values_is_refused(tmp_path, text, problem):
     from tfsim.comparison import read_measured
-    from tfsim.errors import InputError
+    from tfbase.errors import InputError
 
     path = tmp_path / "measured.csv"
     path.write_bytes(text)

@@ -12,7 +12,7 @@ from simulate.cluster import ClusterModel, FlowControl
 from simulate.config import SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 from test_engine import make_profile
 

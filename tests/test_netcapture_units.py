@@ -289,7 +289,7 @@ def test_tshark_backend_without_tshark_says_how_to_install_it(monkeypatch):
 
 def test_unknown_backend_is_a_usage_error():
     from netcapture import read_capture
-    from tfsim.errors import UsageError
+    from tfbase.errors import UsageError
 
     with pytest.raises(UsageError, match="backend"):
         read_capture(DATA_DIR / "tiny_lo" / "capture.pcap.gz", "pyshark")

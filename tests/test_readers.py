@@ -12,7 +12,7 @@ from tfprofile.dag import Resource
 from tfprofile.profile_io import load_profile, save_profile
 from tfprofile.rundir import open_run_dir, read_variables
 from tfprofile.runmetadata import graph_nodes, read_run_metadata, step_records
-from tfsim.errors import GraphError, ProfileFormatError, RunDirError, TraceFormatError
+from tfbase.errors import GraphError, ProfileFormatError, RunDirError, TraceFormatError
 
 
 def test_binary_text_and_gzip_runmetadata_read_the_same(data_dir, tmp_path):

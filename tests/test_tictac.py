@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tfprofile import order_cli, tictac
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 from tfprofile.profile_io import load_profile, save_profile
-from tfsim.errors import InputError, UsageError
+from tfbase.errors import InputError, UsageError
 
 D, W, U, PS = Resource.DOWNLINK, Resource.WORKER, Resource.UPLINK, Resource.PS
 PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"

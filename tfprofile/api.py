@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from tfsim.errors import InputError, TraceFormatError
+from tfbase.errors import InputError, TraceFormatError
 
 from tfprofile.dag import Profile
 from tfprofile.profile_io import load_profile, save_profile

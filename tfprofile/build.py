@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from tfsim.errors import GraphError, TraceWarning
+from tfbase.errors import GraphError, TraceWarning
 
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
@@ -271,7 +271,7 @@ def build_profile(
 ) -> Profile:
     """Turn partition-graph nodes and per-step records into a :class:`Profile`.
 
-    ``source`` names the input for error messages. Raises :class:`~tfsim.errors.GraphError`
+    ``source`` names the input for error messages. Raises :class:`~tfbase.errors.GraphError`
     when the records do not fit the graph: a transfer without its RecvTensor record in a
     step, a record naming a transfer the graph does not have, or a cycle.
     """

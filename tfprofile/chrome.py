@@ -31,7 +31,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from tfsim.errors import GraphError, TraceFormatError
+from tfbase.errors import GraphError, TraceFormatError
 
 from tfprofile.build import GraphNode, StepRecords, TransferRecord, build_profile, parse_device, split_input
 from tfprofile.dag import Profile, VariableTable

@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 from tfsim.argtypes import non_negative_int, positive_float
-from tfsim.errors import InputError
+from tfbase.errors import InputError
 
 DESCRIPTION = """\
 Compute TicTac priorities for the parameter transfers (PS -> worker recv ops) of a profile

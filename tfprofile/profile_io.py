@@ -38,8 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tfsim.errors import ProfileFormatError
-from tfsim.fileio import atomic_output
+from tfbase.errors import ProfileFormatError
+from tfbase.fileio import atomic_output
 
 from tfprofile.dag import OpGraph, Profile, VariableTable
 
@@ -72,7 +72,7 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> None:
 
 
 def load_profile(path: str | os.PathLike) -> Profile:
-    """Read a profile file; raise :class:`~tfsim.errors.ProfileFormatError` if it is not one."""
+    """Read a profile file; raise :class:`~tfbase.errors.ProfileFormatError` if it is not one."""
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as archive:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfsim.errors import InputError, RunDirError
+from tfbase.errors import InputError, RunDirError
 
 from tfprofile.build import build_profile
 from tfprofile.dag import Profile, VariableTable

@@ -12,7 +12,7 @@ import re
 import zlib
 from pathlib import Path
 
-from tfsim.errors import TraceFormatError
+from tfbase.errors import TraceFormatError
 
 from tfprofile.build import GraphNode, StepRecords, TransferRecord
 
@@ -40,7 +40,7 @@ def read_run_metadata(path: str | os.PathLike):
     """Parse one RunMetadata file; return the ``config_pb2.RunMetadata`` message.
 
     Accepts binary protobuf (``.pb``), text format (``.pbtxt``), each optionally gzip'd.
-    Raises :class:`~tfsim.errors.TraceFormatError` for a file that is not a traced
+    Raises :class:`~tfbase.errors.TraceFormatError` for a file that is not a traced
     RunMetadata: unreadable, truncated, of another message type, or without step stats.
     """
     from google.protobuf import message, text_format

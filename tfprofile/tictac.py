@@ -39,8 +39,8 @@ import re
 import numpy as np
 
 from tfprofile.dag import OpGraph, Profile, Resource
-from tfsim.errors import InputError, UsageError
-from tfsim.fileio import write_text
+from tfbase.errors import InputError, UsageError
+from tfbase.fileio import write_text
 
 __all__ = [
     "POLICIES", "CommDependencies", "Efficiency", "Ordering", "ProfileEfficiency", "Properties",

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from tfsim import __version__
 from tfsim.argtypes import non_negative_int, positive_int
-from tfsim.errors import CollectError, InputError, TfsimWarning
+from tfbase.errors import CollectError, InputError, TfsimWarning
 
 DESCRIPTION = """\
 Predict how fast a TensorFlow parameter-server training job runs on W workers,
@@ -175,7 +175,7 @@ def _role_options(args):
 
     from tfprofile.harness.role import RoleOptions
     from tfprofile.harness.tfconfig import load_task
-    from tfsim.errors import ClusterError
+    from tfbase.errors import ClusterError
 
     cluster, task, source = load_task(os.environ, args.cluster_spec, args.role, args.task_index)
     for flag, given, count in (("--workers", args.workers, len(cluster.worker)),

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from tfsim.errors import InputError
-from tfsim.fileio import atomic_output, write_json
+from tfbase.errors import InputError
+from tfbase.fileio import atomic_output, write_json
 
 MAX_WORKERS = 1_000_000  # far above any cluster; bounds the integer conversion
 
@@ -65,7 +65,8 @@ def run_cli(args) -> int:
     from simulate.compare import baselines
     from simulate.predict import default_jobs, parse_workers, predict
     from tfprofile.profile_io import load_profile
-    from tfsim.plots import save_figure, throughput_figure
+    from tfbase.figures import save_figure
+    from tfsim.plots import throughput_figure
     from tfsim.prediction import resolve_cluster
 
     profile = load_profile(args.profile)

@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from tfsim.errors import InputError
-from tfsim.fileio import atomic_output, write_json, write_text
+from tfbase.errors import InputError
+from tfbase.fileio import atomic_output, write_json, write_text
 
 MAIN_MODEL = "resnet50"
 DEMO_WORKERS = (1, 2, 3, 4, 6, 8)  # well past resnet50's saturation point; under a minute with every order
@@ -57,11 +57,12 @@ def summarise_profiles(paths: list[Path]):
 
 def run_cli(args) -> int:
     from simulate.predict import default_jobs
-    from tfsim.plots import save_figure, throughput_figure
+    from tfbase.figures import save_figure
+    from tfsim.plots import throughput_figure
     from tfsim.prediction import format_table
     from tfsim.report.advice import headline, order_advice
     from tfsim.report import ReportRequest, make_report
-    from tfsim.units import format_rate
+    from tfbase.units import format_rate
 
     started = time.monotonic()
     data = args.data or project_data_dir()

@@ -1,24 +1,9 @@
-"""Figures: throughput against the number of workers, like ICPE Figs. 13-14.
-
-Figures are drawn with matplotlib's Agg backend (no display needed) and written
-atomically.
-"""
+"""Figures: throughput against the number of workers, like ICPE Figs. 13-14."""
 
 from __future__ import annotations
 
-import io
-import os
+from tfbase.figures import pyplot
 
-from tfsim.fileio import write_bytes
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _label(keys: tuple, names: tuple[str, ...]) -> str:
@@ -71,21 +56,3 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
-
-
-def figure_bytes(fig, fmt: str = "png") -> bytes:
-    """The figure as PNG, SVG or PDF bytes, identical on every run, and close it."""
-    plt = pyplot()
-    buffer = io.BytesIO()
-    metadata = {"Software": None} if fmt == "png" else {"Date": None}  # no timestamps: same bytes every run
-    # SVG element ids are random unless salted.
-    with plt.rc_context({"svg.hashsalt": "tfsim"}):
-        fig.savefig(buffer, format=fmt, metadata=metadata)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically."""
-    fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
-    write_bytes(path, figure_bytes(fig, fmt if fmt in ("png", "svg", "pdf") else "png"))

@@ -13,9 +13,9 @@ import os
 import warnings
 from pathlib import Path
 
-from tfsim.errors import InputError, TfsimWarning, UsageError
-from tfsim.fileio import atomic_output, write_json
-from tfsim.units import format_rate, parse_rate
+from tfbase.errors import InputError, TfsimWarning, UsageError
+from tfbase.fileio import atomic_output, write_json
+from tfbase.units import format_rate, parse_rate
 
 PREDICTION_FORMAT = "tfsim.prediction/1"
 ORDER_POLICIES = {"tic": "tic", "tac": "tac", "reverse": "reverse_tic", "reverse_tic": "reverse_tic",
@@ -209,7 +209,8 @@ def run_cli(args) -> int:
         with atomic_output(args.csv) as handle:
             frame.to_csv(handle, index=False, float_format="%.9g")
     if args.plot:
-        from tfsim.plots import save_figure, throughput_figure
+        from tfbase.figures import save_figure
+        from tfsim.plots import throughput_figure
 
         save_figure(throughput_figure(frame, title=f"{model} (batch {profile.batch_size}) on "
                                                    f"{format_rate(effective.downlink_Bps)} links"), args.plot)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tfsim.errors import CollectError, UsageError
+from tfbase.errors import CollectError, UsageError
 
 IPERF_PORT = 5201
 

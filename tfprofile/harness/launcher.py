@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tfsim.errors import CollectError, UsageError
-from tfsim.fileio import write_json
-from tfsim.machine import machine_description
+from tfbase.errors import CollectError, UsageError
+from tfbase.fileio import write_json
+from tfbase.machine import machine_description
 
 from tfprofile.harness.capture import Tcpdump, capture_filter, gzip_file, measure_bandwidth, require_root, require_tools
 from tfprofile.harness.task import PROGRESS_PREFIX
@@ -185,8 +185,8 @@ def collect(
     PS 0's host (both directions, raw results in ``iperf3/``), then tcpdump captures the job's
     traffic on ``capture_interface`` of the chief worker's host into ``capture.pcap.gz``.
 
-    Raises :class:`~tfsim.errors.UsageError` for bad options and
-    :class:`~tfsim.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
+    Raises :class:`~tfbase.errors.UsageError` for bad options and
+    :class:`~tfbase.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
     re-raised after every task has been stopped.
     """
     out = config.out_dir

@@ -12,8 +12,8 @@ Each host runs one ``tfsim collect`` per task, with the cluster from ``TF_CONFIG
   captures its traffic with every PS (``config.capture``), and alone writes the run
   directory, whose ``run.json`` records the cluster spec, the hosts and the placement.
 
-Bad input (:class:`~tfsim.errors.ClusterError`, exit status 2) names the task; a task that
-fails otherwise raises :class:`~tfsim.errors.CollectError`. This module does not import
+Bad input (:class:`~tfbase.errors.ClusterError`, exit status 2) names the task; a task that
+fails otherwise raises :class:`~tfbase.errors.CollectError`. This module does not import
 TensorFlow.
 """
 
@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfsim.errors import ClusterError, CollectError, UsageError
+from tfbase.errors import ClusterError, CollectError, UsageError
 
 from tfprofile.harness.capture import (IPERF_PORT, IperfServer, Tcpdump, gzip_file, host_port_filter,
                                        interface_towards, measure_bandwidth_to, require_root, require_tools)

@@ -3,7 +3,7 @@
 ``TF_CONFIG`` holds ``{"cluster": {"ps": ["host:port", ...], "worker": [...]},
 "task": {"type": "worker", "index": 0}}``; ``--cluster-spec FILE`` holds the same JSON, or
 just the cluster object. ``--role``/``--task-index`` override the ``task`` part. Worker 0
-is the chief. Every problem raises :class:`~tfsim.errors.ClusterError` with a one-line
+is the chief. Every problem raises :class:`~tfbase.errors.ClusterError` with a one-line
 message that names the task (or ``TF_CONFIG``/the file when the task is not known yet).
 
 The agreement check between tasks (:func:`agreement_difference`) lives here too: it
@@ -21,7 +21,7 @@ import socket
 from pathlib import Path
 from typing import Mapping
 
-from tfsim.errors import ClusterError
+from tfbase.errors import ClusterError
 
 ROLES = ("ps", "worker")
 

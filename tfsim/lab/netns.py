@@ -28,7 +28,7 @@ import signal
 import subprocess
 from typing import Iterator, Sequence
 
-from tfsim.errors import TfsimError, UsageError
+from tfbase.errors import TfsimError, UsageError
 
 PREFIX = "tfsimlab"
 SUBNET = "10.231.0"

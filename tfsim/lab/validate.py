@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tfsim.fileio import atomic_output, write_json, write_text
+from tfbase.fileio import atomic_output, write_json, write_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,7 +151,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     document = calibration.to_cluster_json()
     save_cluster(document, out_dir / "CLUSTER.json")
     from calibration.plots import overhead_figure, stream_timeline_figure
-    from tfsim.plots import save_figure
+    from tfbase.figures import save_figure
 
     save_figure(overhead_figure(calibration), out_dir / "overhead.png")
     save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
@@ -202,7 +202,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
 
 def machine_text() -> str:
-    from tfsim.machine import machine_description
+    from tfbase.machine import machine_description
 
     m = machine_description()
     return f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}"
@@ -254,7 +254,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                      f"{r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} |")
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
-    from tfsim.plots import pyplot, save_figure
+    from tfbase.figures import pyplot, save_figure
 
     plt = pyplot()
     for setting, group in frame.groupby("setting", sort=False):

@@ -15,7 +15,7 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
-from tfsim.errors import InputError, UsageError
+from tfbase.errors import InputError, UsageError
 
 REPORT_ORDERS = ("http2", "fifo", "tic", "tac", "random")
 GANTT_STEPS = 3

@@ -1,6 +1,6 @@
 """The report's figures as inline PNG (``data:`` URIs), so the page needs no other file.
 
-PNGs are written without timestamps (:func:`tfsim.plots.figure_bytes`), so equal inputs give
+PNGs are written without timestamps (:func:`tfbase.figures.figure_bytes`), so equal inputs give
 an equal page.
 """
 
@@ -10,8 +10,8 @@ import base64
 import dataclasses
 import warnings
 
-from tfsim.errors import InputError, TfsimWarning
-from tfsim.units import format_rate
+from tfbase.errors import InputError, TfsimWarning
+from tfbase.units import format_rate
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -30,7 +30,7 @@ def png_uri(data: bytes) -> str:
 
 
 def _render(fig) -> str:
-    from tfsim.plots import figure_bytes
+    from tfbase.figures import figure_bytes
 
     return png_uri(figure_bytes(fig, "png"))
 

@@ -170,7 +170,7 @@ def gantt_figure(gantt: Gantt, *, title: str):
     each worker's step ends as ticks."""
     from matplotlib.patches import Patch
 
-    from tfsim.plots import pyplot
+    from tfbase.figures import pyplot
 
     plt = pyplot()
     shown = min(gantt.workers, MAX_WORKERS_DRAWN)

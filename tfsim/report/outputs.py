@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 
 from tfsim import __version__
-from tfsim.errors import InputError
-from tfsim.fileio import atomic_output, write_json, write_text
+from tfbase.errors import InputError
+from tfbase.fileio import atomic_output, write_json, write_text
 
 REPORT_FORMAT = "tfsim.report/1"
 

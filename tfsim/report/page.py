@@ -7,7 +7,7 @@ import html
 import math
 
 from tfsim import __version__
-from tfsim.units import format_rate
+from tfbase.units import format_rate
 
 STYLE = """
 :root { --ink: #1a202c; --muted: #4a5568; --line: #e2e8f0; --accent: #2b6cb0; --good: #276749; --bad: #9b2c2c; }

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from tfsim.errors import UsageError
+from tfbase.errors import UsageError
 
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z/]*)\s*$")
 _BIT_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,

@@ -27,6 +27,11 @@ class InputError(TfsimError):
         self.problem = " ".join(str(problem).split())  # one line, always
         super().__init__(f"{self.source}: {self.problem}" if self.source else self.problem)
 
+    def __reduce__(self):
+        # Errors cross process boundaries (parallel sweeps): rebuild from the two fields,
+        # not from the formatted message that ``args`` holds.
+        return (type(self), (self.source, self.problem))
+
 
 class TraceFormatError(InputError):
     """A trace (RunMetadata, Chrome trace JSON) that cannot be read."""
@@ -65,6 +70,9 @@ class TfsimWarning(UserWarning):
         self.source = None if source is None else os.fspath(source)
         self.problem = " ".join(str(problem).split())
         super().__init__(f"{self.source}: {self.problem}" if self.source else self.problem)
+
+    def __reduce__(self):
+        return (type(self), (self.source, self.problem))
 
 
 class TraceWarning(TfsimWarning):
