@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from netcapture import read_capture, run_server_ports  # noqa: E402
+from calibration.runmatch import run_server_ports  # noqa: E402
+from netcapture import read_capture  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapWriter, iter_packets  # noqa: E402
 from tfbase.fileio import write_json  # noqa: E402

@@ -360,7 +360,7 @@ def _run_iperf(data: bytes, scratch: Path) -> None:
 
 
 def _run_cluster(data: bytes, scratch: Path) -> None:
-    from calibration.cluster_file import load_cluster
+    from simulate.cluster_file import load_cluster
 
     load_cluster(_write(scratch, "cluster.json", data))
 

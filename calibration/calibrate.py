@@ -56,11 +56,16 @@ from pathlib import Path
 
 import numpy as np
 
-from tfbase.errors import InputError, RunDirError
-
-from calibration.cluster_file import CLUSTER_FORMAT
 from calibration.fit import LineFit, nonnegative_line
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
+from calibration.runmatch import match_run, run_server_ports
+from netcapture import read_capture, summarise_iperf
+from simulate.cluster import OverheadPlacement
+from simulate.cluster_file import CLUSTER_FORMAT, cluster_from_dict, flow_control_from_json
+from simulate.config import Transfer
+from simulate.untrace import one_worker_step_s
+from tfbase.errors import InputError, RunDirError, TraceWarning
+from tfprofile.rundir import open_run_dir, profile_from_run_dir
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
@@ -147,8 +152,6 @@ class Calibration:
 
 
 def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
-    from netcapture import summarise_iperf
-
     rates, spread = {}, {}
     for direction in DIRECTIONS:
         files = sorted((run_dir / "iperf3").glob(f"{direction}_*.json"))
@@ -308,21 +311,12 @@ def _fit_update_delay(samples, bandwidth: dict, windows: dict, flow_control: dic
     return out
 
 
-def flow_control_model(entry: dict | None):
-    """A :class:`simulate.cluster.FlowControl` from one direction of CLUSTER.json's ``flow_control``."""
-    from simulate.cluster import FlowControl
-
-    if not entry:
-        return FlowControl()
-    return FlowControl(tuple((p["t_s"], p["window_bytes"]) for p in entry["window_timeline"]),
-                       entry.get("update_delay_s", 0.0))
-
-
 def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict, flow_control: dict | None = None,
                 min_stream_bytes: int = MIN_STREAM_BYTES) -> dict:
     """Relative end-time errors of each transfer model, per direction and over both (ICPE Table 1)."""
     errors: dict[str, dict[str, list]] = {m: defaultdict(list) for m in ("http2", "grpc", "fifo")}
-    flows = {d: flow_control_model((flow_control or {}).get(d)) for d in DIRECTIONS}
+    flows = {d: flow_control_from_json((flow_control or {}).get(d) or None, "calibration", d)
+             for d in DIRECTIONS}
     start = min((s.request_s for s in samples), default=0.0)
     by_step: dict[tuple[str, str], list[StreamSample]] = defaultdict(list)
     for s in samples:
@@ -355,12 +349,6 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     time is closest to the traced makespan is chosen, and every placement's relative error is
     kept in CLUSTER.json.
     """
-    from simulate.cluster import OverheadPlacement
-    from simulate.config import Transfer
-    from simulate.untrace import one_worker_step_s
-
-    from calibration.cluster_file import cluster_from_dict
-
     target = float(np.median(profile.step_makespan_s))
     errors = {}
     for placement in OverheadPlacement:
@@ -374,28 +362,23 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
 
 def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
     """Fit B, WIN and α/β from a run directory made by ``tfsim collect --capture``."""
-    from netcapture import match_run, read_capture, run_server_ports
-
-    from tfprofile.rundir import open_run_dir
-
     run_dir = Path(run_dir)
     run = open_run_dir(run_dir)
     captures = sorted(run_dir.glob("capture.pcap*"))
     if not captures:
         raise RunDirError(run_dir, "has no capture.pcap(.gz): collect with --capture")
     bandwidth, spread = _bandwidth(run_dir)
-    capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run_dir))
-    match = match_run(capture, run_dir)
+    capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run))
+    match = match_run(capture, run)
     samples = _samples(capture, match)
     if not samples:
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
     fits, pooled = _overhead(samples)
     busy = _busy_rate(samples)
-    from tfprofile.rundir import profile_from_run_dir
-
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a skipped step is reported when the profile is built
+        # A skipped step is reported when the profile itself is built; here it would say it twice.
+        warnings.filterwarnings("ignore", category=TraceWarning)
         profile = profile_from_run_dir(run_dir)
     candidates = {"iperf3": bandwidth}
     if all(busy.values()):

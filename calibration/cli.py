@@ -7,7 +7,7 @@ import json
 from tfbase.units import format_rate
 
 from calibration.calibrate import calibrate_run
-from calibration.cluster_file import save_cluster
+from simulate.cluster_file import save_cluster
 
 
 def _pct(value) -> str:

@@ -49,9 +49,6 @@ class TsharkError(CaptureError):
     """tshark is missing, too old, or failed on the capture."""
 
 
-class MatchError(CaptureError):
-    """A capture and a run's traces that do not belong together (no tensor matches)."""
-
 
 class IperfError(InputError):
     """An ``iperf3 -J`` output that cannot be read, or that reports a failed test."""

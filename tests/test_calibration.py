@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from calibration.calibrate import calibrate_run
-from calibration.cluster_file import ClusterFormatError, load_cluster
+from simulate.cluster_file import ClusterFormatError, load_cluster
 from calibration.fit import least_squares, theil_sen
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
 from simulate.cluster import ClusterModel
@@ -159,7 +159,7 @@ def test_one_worker_reproduces_the_calibration_runs_step_time(calibrations, data
     the model of one worker takes the traced step time to within 3%."""
     import warnings
 
-    from calibration.cluster_file import cluster_from_dict
+    from simulate.cluster_file import cluster_from_dict
     from simulate.predict import predict
     from tfprofile.rundir import profile_from_run_dir
 

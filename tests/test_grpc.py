@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from calibration.cluster_file import ClusterFormatError, cluster_from_dict, load_cluster
+from simulate.cluster_file import ClusterFormatError, cluster_from_dict, load_cluster
 from calibration.replay import replay_fifo, replay_grpc
 from simulate.cluster import ClusterModel, FlowControl
 from simulate.config import SimConfig, Transfer

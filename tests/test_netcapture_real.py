@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from netcapture import MatchError, match_run, read_capture, run_server_ports, run_tasks
+from calibration.runmatch import MatchError, match_run, run_server_ports, run_tasks
+from netcapture import read_capture
 from netcapture.http2 import DATA, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE, WINDOW_UPDATE
 from netcapture.layers import decode_tcp, decode_tcp_scapy
 from netcapture.pcap import iter_packets

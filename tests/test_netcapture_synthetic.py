@@ -23,10 +23,8 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from netcapture import (
-    CaptureWarning, MalformedCapture, MatchError, NoHttp2Error, SnaplenError, TruncatedCapture, match_run,
-    read_capture,
-)
+from calibration.runmatch import MatchError, match_run
+from netcapture import CaptureWarning, MalformedCapture, NoHttp2Error, SnaplenError, TruncatedCapture, read_capture
 from netcapture.grpc import RECV_TENSOR_PATH
 from netcapture.http2 import DATA, HEADERS, PREFACE
 

@@ -151,7 +151,7 @@ def ordering_fields(summary) -> dict:
 def resolve_cluster(cluster_path, bandwidth_text):
     """The cluster to predict for: a CLUSTER.json, rescaled to ``bandwidth_text`` if given (a
     what-if), or, without one, a bandwidth-only cluster (with a warning that it is uncalibrated)."""
-    from calibration.cluster_file import load_cluster
+    from simulate.cluster_file import load_cluster
     from simulate.cluster import ClusterModel
 
     bandwidth = parse_rate(bandwidth_text) if bandwidth_text else None

@@ -133,7 +133,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                 cores: float | None = None) -> list[dict]:
     """Profile, calibrate, predict and measure one setting; return its result rows."""
     from calibration.calibrate import calibrate_run
-    from calibration.cluster_file import load_cluster, save_cluster
+    from simulate.cluster_file import load_cluster, save_cluster
     from simulate.compare import baselines
     from simulate.predict import predict
     from simulate.untrace import fit_computation_scale, scale_computation

@@ -12,31 +12,33 @@ the capture's ``step_id`` whose streams overlap most of the step's records in ti
 clock: the trace and the capture are taken on the same host) is that step's, and within
 it each record matches the one stream of the same tensor, sender and receiver.
 A stream is used at most once. A trace and a capture from different runs match nothing:
-:class:`~netcapture.errors.MatchError`.
+:class:`MatchError`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import json
 import os
-import re
-import zlib
 from collections import Counter
 from pathlib import Path
 
 from netcapture.capture import Capture
-from netcapture.errors import MatchError
+from netcapture.errors import CaptureError
 from netcapture.streams import StreamRecord
 from netcapture.tcp import Endpoint
-from tfbase.errors import RunDirError, TraceFormatError
+from tfbase.errors import RunDirError
+from tfprofile.rundir import RunDir, open_run_dir
+from tfprofile.runmetadata import read_run_metadata, step_records
 
-_LABEL = re.compile(r"\]\s+(\S+)\s+from\s+(\S+)\s+to\s+(\S+)\s*$")
+NS_PER_S = 10**9
 # Slack when comparing trace and capture times: the trace's span starts when the tensor is
 # both requested and ready and ends after it is parsed; the packets fall inside, give or
 # take scheduling noise.
 TIME_SLACK_S = 0.005
+
+
+class MatchError(CaptureError):
+    """A capture whose RecvTensor streams match none of the run's traced transfers."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,79 +83,41 @@ class RunMatch:
     step_ids: tuple[tuple[str, int], ...]
 
 
-def _read_bytes(path: Path) -> bytes:
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read: {exc.strerror or exc}") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceFormatError(path, f"corrupt or truncated gzip data ({exc})") from None
-    return raw
-
-
 def read_trace_transfers(path: str | os.PathLike) -> tuple[TraceTransfer, ...]:
-    """The RecvTensor records of one binary RunMetadata file (``.pb`` or ``.pb.gz``)."""
-    from google.protobuf.message import DecodeError
-    from tensorboard.compat.proto import config_pb2
-
+    """The RecvTensor records of one RunMetadata file, read by :mod:`tfprofile.runmetadata`."""
     path = Path(path)
-    metadata = config_pb2.RunMetadata()
-    try:
-        metadata.ParseFromString(_read_bytes(path))
-    except DecodeError as exc:
-        raise TraceFormatError(path, f"not a binary RunMetadata ({exc})") from None
-    transfers = []
-    for device in metadata.step_stats.dev_stats:
-        for node in device.node_stats:
-            if node.node_name != "RecvTensor":
-                continue
-            label = _LABEL.search(node.timeline_label)
-            if label is None:
-                continue
-            size = node.output[0].tensor_description.allocation_description.requested_bytes if node.output else 0
-            start = node.all_start_micros / 1e6
-            transfers.append(TraceTransfer(path.name, label.group(1), label.group(2), label.group(3), size,
-                                           start, start + node.all_end_rel_micros / 1e6))
-    return tuple(transfers)
+    records = step_records(read_run_metadata(path), path)
+    # Integer nanoseconds over an integer: one correctly rounded division each.
+    return tuple(TraceTransfer(path.name, r.tensor_name, r.send_device, r.recv_device, r.size_bytes,
+                               r.start_ns / NS_PER_S, r.start_ns / NS_PER_S + r.duration_ns / NS_PER_S)
+                 for r in records.transfers)
 
 
-def read_run(run_dir: str | os.PathLike) -> dict:
-    """A run directory's ``run.json``."""
-    path = Path(run_dir) / "run.json"
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise RunDirError(path, f"cannot read: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise RunDirError(path, f"not JSON ({exc})") from None
+def _as_run(run: RunDir | str | os.PathLike) -> RunDir:
+    return run if isinstance(run, RunDir) else open_run_dir(run)
 
 
-def run_tasks(run_dir: str | os.PathLike) -> dict[Endpoint, str]:
-    """The run's task addresses: ``Endpoint -> "ps0"``, ``"worker0"``, ..."""
-    cluster = read_run(run_dir).get("cluster")
+def run_tasks(run: RunDir | str | os.PathLike) -> dict[Endpoint, str]:
+    """The run's task addresses: ``Endpoint -> "ps0"``, ``"worker0"``, ... (``run``: a
+    :class:`~tfprofile.rundir.RunDir` or a run directory's path)."""
+    run = _as_run(run)
+    cluster = run.run.get("cluster")
     if not isinstance(cluster, dict):
-        raise RunDirError(Path(run_dir) / "run.json", "has no cluster addresses")
+        raise RunDirError(run.path / "run.json", "has no cluster addresses")
     tasks = {}
-    for role, addresses in cluster.items():
-        for index, address in enumerate(addresses):
-            host, _, port = address.rpartition(":")
-            tasks[Endpoint(host.strip("[]"), int(port))] = f"{role}{index}"
+    try:
+        for role, addresses in cluster.items():
+            for index, address in enumerate(addresses):
+                host, _, port = str(address).rpartition(":")
+                tasks[Endpoint(host.strip("[]"), int(port))] = f"{role}{index}"
+    except (TypeError, ValueError):
+        raise RunDirError(run.path / "run.json", "cluster addresses must be lists of host:port") from None
     return tasks
 
 
-def run_server_ports(run_dir: str | os.PathLike) -> frozenset[int]:
+def run_server_ports(run: RunDir | str | os.PathLike) -> frozenset[int]:
     """The TCP ports the run's tasks listened on (their gRPC servers)."""
-    return frozenset(endpoint.port for endpoint in run_tasks(run_dir))
-
-
-def run_trace_files(run_dir: str | os.PathLike) -> list[Path]:
-    """The run's binary RunMetadata traces, in step order."""
-    run_dir = Path(run_dir)
-    names = read_run(run_dir).get("traced_steps") or sorted(p.name for p in (run_dir / "trace").glob("*"))
-    return [run_dir / "trace" / n for n in names if n.endswith((".pb", ".pb.gz"))]
+    return frozenset(endpoint.port for endpoint in run_tasks(run))
 
 
 def _overlaps(stream: StreamRecord, transfer: TraceTransfer) -> bool:
@@ -200,16 +164,15 @@ def match_transfers(capture: Capture, steps: dict[str, tuple[TraceTransfer, ...]
     return RunMatch(tuple(matches), tuple(unmatched), leftover, tuple(step_ids))
 
 
-def match_run(capture: Capture, run_dir: str | os.PathLike) -> RunMatch:
-    """Match ``capture`` to the traces of the run in ``run_dir``; see the module docstring.
+def match_run(capture: Capture, run: RunDir | str | os.PathLike) -> RunMatch:
+    """Match ``capture`` to the traces of ``run`` (a run directory); see the module docstring.
 
     Raises :class:`MatchError` when no record matches (a capture of another run, or one
     without RecvTensor streams).
     """
-    files = run_trace_files(run_dir)
-    if not files:
-        raise RunDirError(run_dir, "has no binary RunMetadata trace (trace/step_*.pb.gz)")
-    steps = {path.name: read_trace_transfers(path) for path in files}
+    run = _as_run(run)
+    run_dir = run.path
+    steps = {path.name: read_trace_transfers(path) for path in run.trace_files}
     result = match_transfers(capture, steps)
     total = sum(len(t) for t in steps.values())
     if total and not result.matches:

@@ -88,29 +88,31 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         raise ClusterFormatError(source, "overhead must map downlink/uplink to objects") from None
 
 
+def flow_control_from_json(entry, source: str = "CLUSTER.json", direction: str = "") -> FlowControl:
+    """One direction of ``flow_control`` (``window_timeline`` points and ``update_delay_s``) as a
+    :class:`FlowControl`; ``None`` means no flow control (unlimited windows)."""
+    if entry is None:
+        return FlowControl()
+    where = f"flow_control.{direction}" if direction else "flow_control"
+    points = entry.get("window_timeline") if isinstance(entry, dict) else None
+    if not isinstance(points, list) or not points or not all(isinstance(p, dict) for p in points):
+        raise ClusterFormatError(source, f"{where}.window_timeline must be a non-empty list of {{t_s, window_bytes}} "
+                                         f"objects")
+    timeline = tuple((_number(source, p, "t_s"), _number(source, p, "window_bytes")) for p in points)
+    delay = _number(source, entry, "update_delay_s") if "update_delay_s" in entry else 0.0
+    try:
+        return FlowControl(timeline, delay)
+    except UsageError as err:
+        raise ClusterFormatError(source, f"{where}: {err.problem}") from None
+
+
 def _flow_control(source, data) -> dict[str, FlowControl]:
     """``flow_control`` of CLUSTER.json as one :class:`FlowControl` per direction (unlimited where absent)."""
     if data is None:
         return {"downlink": FlowControl(), "uplink": FlowControl()}
     if not isinstance(data, dict):
         raise ClusterFormatError(source, "flow_control must map downlink/uplink to objects")
-    out = {}
-    for direction in ("downlink", "uplink"):
-        entry = data.get(direction)
-        if entry is None:
-            out[direction] = FlowControl()
-            continue
-        points = entry.get("window_timeline") if isinstance(entry, dict) else None
-        if not isinstance(points, list) or not points or not all(isinstance(p, dict) for p in points):
-            raise ClusterFormatError(source, f"flow_control.{direction}.window_timeline must be a non-empty list "
-                                             f"of {{t_s, window_bytes}} objects")
-        timeline = tuple((_number(source, p, "t_s"), _number(source, p, "window_bytes")) for p in points)
-        delay = _number(source, entry, "update_delay_s") if "update_delay_s" in entry else 0.0
-        try:
-            out[direction] = FlowControl(timeline, delay)
-        except UsageError as err:
-            raise ClusterFormatError(source, f"flow_control.{direction}: {err.problem}") from None
-    return out
+    return {d: flow_control_from_json(data.get(d), source, d) for d in ("downlink", "uplink")}
 
 
 def load_cluster(path: str | os.PathLike) -> ClusterModel:
