@@ -3,23 +3,46 @@
 ``simulate.predict(profile, cluster, workers=...)`` is the entry point; it returns a pandas
 DataFrame with one row per configuration. This package depends on the profile data types
 (:mod:`tfprofile.dag`), never on the trace readers.
+
+The public names below are bound on first use, so that ``import simulate`` stays light (the
+engine pulls in numba, the tables pandas). No public name is also the name of a submodule:
+importing a submodule binds it as an attribute of the package, which would shadow a
+function of the same name.
 """
 
-__all__ = ["predict", "ClusterModel", "SimConfig", "Mode", "Sharing", "Transfer"]
+import importlib
+
+# public name -> the submodule that defines it
+_PUBLIC = {
+    "predict": "simulate.sweep",
+    "traced_run": "simulate.sweep",
+    "parse_workers": "simulate.sweep",
+    "baselines": "simulate.coarse",
+    "order_gains": "simulate.orderings",
+    "ordering_priorities": "simulate.orderings",
+    "ClusterModel": "simulate.cluster",
+    "FlowControl": "simulate.cluster",
+    "Overhead": "simulate.cluster",
+    "load_cluster": "simulate.cluster_file",
+    "resolve_cluster": "simulate.cluster_file",
+    "save_cluster": "simulate.cluster_file",
+    "SimConfig": "simulate.config",
+    "Mode": "simulate.config",
+    "Sharing": "simulate.config",
+    "Transfer": "simulate.config",
+}
+
+__all__ = sorted(_PUBLIC)
 
 
 def __getattr__(name: str):
-    # Imported on first use: the engine pulls in numba, which importing the data types should not.
-    if name == "predict":
-        from simulate.predict import predict
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # bound once: later lookups do not come here
+    return value
 
-        return predict
-    if name == "ClusterModel":
-        from simulate.cluster import ClusterModel
 
-        return ClusterModel
-    if name in ("SimConfig", "Mode", "Sharing", "Transfer"):
-        from simulate import config
-
-        return getattr(config, name)
-    raise AttributeError(f"module 'simulate' has no attribute {name!r}")
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
-from tfbase.errors import InputError, UsageError
+from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
 
 from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
@@ -133,3 +134,26 @@ def save_cluster(data: dict, path: str | os.PathLike) -> None:
     """Check ``data`` describes a valid cluster, then write it atomically."""
     cluster_from_dict(data, str(path))
     write_json(path, data)
+
+
+def resolve_cluster(cluster: ClusterModel | str | os.PathLike | None = None,
+                    bandwidth_Bps: float | None = None) -> ClusterModel:
+    """The cluster a prediction is for.
+
+    ``cluster`` is a :class:`ClusterModel` or the path of a CLUSTER.json. With
+    ``bandwidth_Bps`` it is rescaled to that downlink bandwidth, the uplink in proportion (a
+    what-if: everything else stays calibrated). Without a cluster, ``bandwidth_Bps`` alone
+    gives an uncalibrated one (no parsing overhead, unlimited windows), with a
+    :class:`~tfbase.errors.TfsimWarning` saying so.
+    """
+    if cluster is None:
+        if bandwidth_Bps is None:
+            raise UsageError("cluster", "give a calibrated cluster (CLUSTER.json) or a bandwidth")
+        warnings.warn(TfsimWarning(None, "no calibration: parsing overhead 0 and an unlimited HTTP/2 window assumed"),
+                      stacklevel=3)
+        return ClusterModel.from_bandwidth(bandwidth_Bps)
+    if not isinstance(cluster, ClusterModel):
+        cluster = load_cluster(cluster)
+    if bandwidth_Bps is not None:
+        cluster = cluster.with_bandwidth(bandwidth_Bps, cluster.uplink_Bps * bandwidth_Bps / cluster.downlink_Bps)
+    return cluster

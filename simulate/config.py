@@ -83,7 +83,7 @@ class SimConfig:
     ``trace_steps`` steps, for timelines. ``start_offsets_s`` (one per worker; None: all 0)
     is when each worker starts its first step: real workers never start at one instant, and
     workers started together stay in lock step in a deterministic model (see
-    :func:`simulate.predict.staggered_starts`).
+    :func:`simulate.sweep.staggered_starts`).
     """
 
     workers: int

@@ -160,7 +160,7 @@ def test_one_worker_reproduces_the_calibration_runs_step_time(calibrations, data
     import warnings
 
     from simulate.cluster_file import cluster_from_dict
-    from simulate.predict import predict
+    from simulate.sweep import predict
     from tfprofile.rundir import profile_from_run_dir
 
     document = calibrations[name].to_cluster_json()

@@ -101,7 +101,7 @@ def test_bad_flow_control_is_a_one_line_cluster_error(tmp_path, flow_control, pr
 
 
 def test_bundled_calibration_defaults_to_grpc_and_predicts_with_it(bundled_profile):
-    from simulate.predict import predict
+    from simulate.sweep import predict
 
     cluster = load_cluster("data/clusters/lab-1gbit.json")
     assert cluster.default_transfer == "grpc"

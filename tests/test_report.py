@@ -234,7 +234,7 @@ def test_interval_arithmetic():
 def test_gantt_rows_and_network_wait(bundled_profile):
     from simulate.cluster import ClusterModel
     from tfprofile.dag import Resource
-    from tfsim.prediction import traced_run
+    from simulate.sweep import traced_run
     from tfsim.report.gantt import _intersect, _length, gantt_from_run
 
     profile = bundled_profile("tiny")

@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tfprofile import order_cli, tictac
+from tfprofile import tictac
+from tfsim.cli import order as order_cli
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 from tfprofile.profile_io import load_profile, save_profile
 from tfbase.errors import InputError, UsageError
@@ -652,10 +653,10 @@ def test_bandwidth_oracle():
 
 def run_order(argv: list[str], capsys) -> tuple[int, str, str]:
     """A stand-in for ``tfsim.cli.main`` with only the ``order`` subcommand."""
-    from tfsim.cli import _Parser
+    from tfsim.cli.options import Parser as _Parser
 
     parser = _Parser(prog="tfsim")
-    order_cli.add_parser(parser.add_subparsers(dest="command", parser_class=_Parser))
+    order_cli.register(parser.add_subparsers(dest="command", parser_class=_Parser))
     try:
         args = parser.parse_args(argv)
         status = args.handler(args)

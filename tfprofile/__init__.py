@@ -1,4 +1,4 @@
-"""Reading TensorFlow traces of a 1-PS/1-worker run into operation DAGs.
+"""Reading TensorFlow traces of a 1-PS/1-worker run into operation DAGs, and TicTac's orders.
 
 The data types (:class:`Profile`, :class:`OpGraph`, :class:`Resource`) import nothing
 heavy; the readers load the protobuf definitions only when called::
@@ -7,22 +7,36 @@ heavy; the readers load the protobuf definitions only when called::
     profile = tfprofile.read_profile("runs/resnet50")      # a run directory
     tfprofile.save_profile(profile, "resnet50.npz")
     print(tfprofile.summarize(profile)["step_time_s"])
+
+Like :mod:`simulate`, the readers are bound on first use, and no public name is the name of
+a submodule (a submodule, once imported, would shadow it).
 """
+
+import importlib
 
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable
 
-__all__ = ["OpGraph", "Profile", "Resource", "VariableTable", "read_profile", "load_profile", "save_profile",
-           "summarize"]
+# public name -> the submodule that defines it
+_PUBLIC = {
+    "read_profile": "tfprofile.api",
+    "load_profile": "tfprofile.api",
+    "save_profile": "tfprofile.api",
+    "summarize": "tfprofile.summary",
+    "compute_ordering": "tfprofile.tictac",
+    "profile_efficiency": "tfprofile.tictac",
+}
+
+__all__ = ["OpGraph", "Profile", "Resource", "VariableTable", *sorted(_PUBLIC)]
 
 
 def __getattr__(name: str):
-    # The readers are imported on first use, so that importing the data types stays cheap.
-    if name in ("read_profile", "load_profile", "save_profile"):
-        from tfprofile import api
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfprofile' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # bound once: later lookups do not come here
+    return value
 
-        return getattr(api, name)
-    if name == "summarize":
-        from tfprofile.summary import summarize
 
-        return summarize
-    raise AttributeError(f"module 'tfprofile' has no attribute {name!r}")
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC))

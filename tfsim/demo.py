@@ -11,12 +11,19 @@ summaries, the plots and the findings in a few lines.
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from pathlib import Path
 
 from tfbase.errors import InputError
 from tfbase.fileio import atomic_output, write_json, write_text
+from tfbase.figures import save_figure
+from tfbase.units import format_rate
+from tfprofile.profile_io import load_profile
+from tfprofile.summary import summarize
+from tfsim.plots import throughput_figure
+from tfsim.prediction import format_table
+from tfsim.report import ReportRequest, make_report, say_on_stderr
+from tfsim.report.advice import headline, order_advice
 
 MAIN_MODEL = "resnet50"
 DEMO_WORKERS = (1, 2, 3, 4, 6, 8)  # well past resnet50's saturation point; under a minute with every order
@@ -25,10 +32,6 @@ DEMO_BANDWIDTH = "1gbit"
 
 def project_data_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "data"
-
-
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def find_cluster(data: Path):
@@ -42,9 +45,6 @@ def summarise_profiles(paths: list[Path]):
     """One row per bundled profile: size of the DAG, bytes per step, step time, critical path."""
     import pandas as pd
 
-    from tfprofile.profile_io import load_profile
-    from tfprofile.summary import summarize
-
     rows = []
     for path in paths:
         s = summarize(load_profile(path))
@@ -55,27 +55,21 @@ def summarise_profiles(paths: list[Path]):
     return pd.DataFrame(rows)
 
 
-def run_cli(args) -> int:
-    from simulate.predict import default_jobs
-    from tfbase.figures import save_figure
-    from tfsim.plots import throughput_figure
-    from tfsim.prediction import format_table
-    from tfsim.report.advice import headline, order_advice
-    from tfsim.report import ReportRequest, make_report
-    from tfbase.units import format_rate
-
+def run_demo(out: Path, *, data: Path | None = None, steps: int = 400, jobs: int = 1) -> int:
+    """Write the demo into ``out`` (the bundled data of ``data``, default: the project's
+    ``data/``): the report on the main model, profile summaries, plots and findings. Returns 0."""
     started = time.monotonic()
-    data = args.data or project_data_dir()
+    data = data or project_data_dir()
     profiles = sorted((data / "profiles").glob("*.npz"))
     if not profiles:
         raise InputError(data / "profiles", "holds no bundled profile (*.npz): is this a tfsim checkout?")
-    out = Path(args.out)
+    out = Path(out)
     partial = out.with_name(out.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
 
-    _say(f"[1/3] summarising {len(profiles)} bundled profiles from {data / 'profiles'}")
+    say_on_stderr(f"[1/3] summarising {len(profiles)} bundled profiles from {data / 'profiles'}")
     summaries = summarise_profiles(profiles)
     print(summaries.to_string(index=False, float_format=lambda x: f"{x:,.1f}"))
     with atomic_output(partial / "profiles.csv") as handle:
@@ -85,12 +79,12 @@ def run_cli(args) -> int:
     cluster_path = find_cluster(data)
     where = (f"calibrated cluster {cluster_path.name}" if cluster_path is not None else
              f"{DEMO_BANDWIDTH} links, uncalibrated (no parsing overhead, unlimited HTTP/2 window)")
-    _say(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, on {where}")
+    say_on_stderr(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, on {where}")
     request = ReportRequest(profile_path=data / "profiles" / f"{main}.npz", cluster_path=cluster_path,
                             bandwidth=None if cluster_path is not None else DEMO_BANDWIDTH,
-                            workers=",".join(map(str, DEMO_WORKERS)), steps=args.steps,
-                            warmup=min(50, args.steps // 5), jobs=args.jobs or default_jobs(), progress=True)
-    report, page = make_report(request, partial, say=lambda message: _say("      " + message))
+                            workers=",".join(map(str, DEMO_WORKERS)), steps=steps,
+                            warmup=min(50, steps // 5), jobs=jobs, progress=True)
+    report, page = make_report(request, partial, say=lambda message: say_on_stderr("      " + message))
     frame, reference = report.frame, report.reference
     links = format_rate(report.cluster["bandwidth_Bps"]["downlink"])
     print(f"\n{main}, batch {report.batch_size}, on {links} links (* = saturation point):")
@@ -107,7 +101,7 @@ def run_cli(args) -> int:
     print(report.baselines.pivot(index="workers", columns="model", values="throughput_eps").to_string(
         float_format=lambda x: f"{x:,.1f}"))
 
-    _say("[3/3] plotting")
+    say_on_stderr("[3/3] plotting")
     save_figure(throughput_figure(frame, title=f"{main} (batch {report.batch_size}), {links} links: "
                                               "predicted throughput"), partial / "throughput.png")
     save_figure(throughput_figure(reference, baselines=report.baselines,
@@ -127,7 +121,7 @@ def run_cli(args) -> int:
     write_text(partial / "findings.txt", "\n".join(lines) + "\n")
     write_json(partial / "demo.json", {"format": "tfsim.demo/1", "model": main, "cluster": where,
                                        "workers": list(DEMO_WORKERS), "transfers": sorted(set(frame["policy"])),
-                                       "steps": args.steps, "reference_transfer": ref,
+                                       "steps": steps, "reference_transfer": ref,
                                        "saturation_workers": saturation})
     if out.exists():
         shutil.rmtree(out)

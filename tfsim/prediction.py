@@ -1,8 +1,9 @@
-"""``tfsim predict``: read the inputs, run the sweep, write the table, JSON, CSV, plot and trace.
+"""A prediction as ``tfsim predict`` states it: the ``tfsim.prediction/1`` document, the terminal
+tables, the order comparison and its verdict.
 
-The JSON file has ``format: "tfsim.prediction/1"`` and ``rows``, one per configuration,
+The JSON document has ``format: "tfsim.prediction/1"`` and ``rows``, one per configuration,
 each with at least ``workers``, ``transfer``, ``mode``, ``throughput_eps`` (examples/s),
-``ci95_eps`` and ``step_time_s`` (SPEC §7).
+``ci95_eps`` and ``step_time_s`` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -10,52 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
-from pathlib import Path
-
-from tfbase.errors import InputError, TfsimWarning, UsageError
-from tfbase.fileio import atomic_output, write_json
-from tfbase.units import format_rate, parse_rate
 
 PREDICTION_FORMAT = "tfsim.prediction/1"
-ORDER_POLICIES = {"tic": "tic", "tac": "tac", "reverse": "reverse_tic", "reverse_tic": "reverse_tic",
-                  "random": "random"}
-RANDOM_SEEDS = 5  # "random" is a spread, not one draw: this many seeded permutations
-
-
-def ordering_priorities(profile, names, *, bandwidth_Bps: float | None, seed: int) -> dict:
-    """Priority maps for the TicTac policies among ``names`` (tic, tac, reverse, random)."""
-    from tfprofile.tictac import compute_ordering
-
-    out = {}
-    for name in names:
-        base, _, suffix = name.partition("#")
-        if base in ORDER_POLICIES:
-            out[name] = compute_ordering(profile, ORDER_POLICIES[base], bandwidth_Bps=bandwidth_Bps,
-                                         seed=seed + int(suffix or 0)).as_mapping()
-    return out
-
-
-def expand_random(transfers: list[str]) -> list[str]:
-    """``random`` -> ``random#0`` .. ``random#4``: several seeded permutations, to show a spread."""
-    out = []
-    for name in transfers:
-        out.extend([f"random#{k}" for k in range(RANDOM_SEEDS)] if name == "random" else [name])
-    return out
-
-
-def read_priority_files(profile, specs) -> dict:
-    """``NAME=FILE`` or ``FILE`` (NAME: the file's stem) -> {NAME: priority map}."""
-    from tfprofile.tictac import read_priorities
-
-    out = {}
-    for spec in specs:
-        text = os.fspath(spec)
-        name, sep, path = text.partition("=")
-        if not sep:
-            name, path = Path(text).stem, text
-        out[name] = read_priorities(path, profile.graph).as_mapping()
-    return out
 
 
 def prediction_document(frame, *, profile_path, cluster, extra: dict | None = None) -> dict:
@@ -138,6 +95,22 @@ def ordering_verdict(summary, threshold: float = 0.02) -> str:
             f"(best: {best['policy']}, {best['mean_gain_over_http2'] * 100:+.1f}%): not worth enforcing")
 
 
+# The names prediction.json gives the columns of :func:`simulate.orderings.order_gains`.
+_SUMMARY_NAMES = {"throughput_Wmin_eps": "throughput_W1_eps", "best_gain": "best_gain_over_http2",
+                  "best_gain_workers": "at_workers", "mean_gain": "mean_gain_over_http2"}
+SUMMARY_REFERENCE = "http2"
+
+
+def ordering_summary(frame):
+    """Per transfer policy: E at W = 1, throughput at the smallest and largest W, and the gain
+    over ``http2`` (best, where, and mean), as prediction.json and ``tfsim predict`` state them."""
+    from simulate.orderings import order_gains
+
+    gains = order_gains(frame, SUMMARY_REFERENCE).rename(columns=_SUMMARY_NAMES)
+    return gains[[c for c in ("policy", "efficiency_E", "throughput_W1_eps", "throughput_Wmax_eps",
+                              "best_gain_over_http2", "at_workers", "mean_gain_over_http2") if c in gains]]
+
+
 def ordering_fields(summary) -> dict:
     """What a prediction document adds when it compares orders: the per-policy summary, the
     random orders' spread (when there are any) and the verdict."""
@@ -148,115 +121,3 @@ def ordering_fields(summary) -> dict:
     return fields
 
 
-def resolve_cluster(cluster_path, bandwidth_text):
-    """The cluster to predict for: a CLUSTER.json, rescaled to ``bandwidth_text`` if given (a
-    what-if), or, without one, a bandwidth-only cluster (with a warning that it is uncalibrated)."""
-    from simulate.cluster_file import load_cluster
-    from simulate.cluster import ClusterModel
-
-    bandwidth = parse_rate(bandwidth_text) if bandwidth_text else None
-    if cluster_path is None:
-        if bandwidth is None:
-            raise UsageError("--cluster", "give a calibrated cluster (--cluster CLUSTER.json) or a --bandwidth")
-        warnings.warn(TfsimWarning(None, "no calibration: parsing overhead 0 and an unlimited HTTP/2 window "
-                                         "assumed"), stacklevel=2)
-        return ClusterModel.from_bandwidth(bandwidth)
-    cluster = load_cluster(cluster_path)
-    if bandwidth is not None:
-        cluster = cluster.with_bandwidth(bandwidth, cluster.uplink_Bps * bandwidth / cluster.downlink_Bps)
-    return cluster
-
-
-def run_cli(args) -> int:
-    from simulate.predict import default_jobs, ordering_summary, predict
-    from tfprofile.profile_io import load_profile
-
-    profile = load_profile(args.profile)
-    effective = resolve_cluster(args.cluster, args.bandwidth)
-    if args.transfer is None:
-        args.transfer = effective.default_transfer
-    transfers = expand_random([t.strip() for t in args.transfer.split(",") if t.strip()])
-    sharings = [s.strip() for s in args.sharing.split(",") if s.strip()]
-    if not transfers or not sharings:
-        raise UsageError("--transfer", "give at least one transfer scheduler and sharing model")
-    priorities = read_priority_files(profile, args.priorities)
-    priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
-                                          bandwidth_Bps=effective.downlink_Bps, seed=args.seed))
-    flow_cap = parse_rate(args.flow_cap, "--flow-cap") if args.flow_cap else None
-    frame = predict(
-        profile, effective, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
-        transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup,
-        seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger,
-        jobs=args.jobs or default_jobs(), progress=not args.no_progress,
-    )
-    model = profile.meta.get("model") or Path(args.profile).stem
-    print(f"{model}, batch {profile.batch_size}: downlink {format_rate(effective.downlink_Bps)}, "
-          f"uplink {format_rate(effective.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
-          f"first {args.warmup} dropped; * = saturation point)")
-    print(format_table(frame))
-    extra = {}
-    if frame["policy"].nunique() > 1 and len(sharings) == 1:
-        summary = ordering_summary(frame)
-        print()
-        print(format_ordering_summary(summary))
-        extra = ordering_fields(summary)
-        if "random_spread" in extra:
-            print(extra["random_spread"])
-        print(extra["ordering_verdict"])
-    if args.json:
-        write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=effective, extra=extra))
-    if args.csv:
-        with atomic_output(args.csv) as handle:
-            frame.to_csv(handle, index=False, float_format="%.9g")
-    if args.plot:
-        from tfbase.figures import save_figure
-        from tfsim.plots import throughput_figure
-
-        save_figure(throughput_figure(frame, title=f"{model} (batch {profile.batch_size}) on "
-                                                   f"{format_rate(effective.downlink_Bps)} links"), args.plot)
-    if args.trace_out:
-        write_trace(profile, effective, args, priorities)
-    return 0
-
-
-def write_trace(profile, cluster, args, priorities) -> None:
-    """Simulate a few steps of the largest (or the chosen) configuration and write its Chrome trace."""
-    from simulate.chrome_trace import write_chrome_trace
-    from simulate.predict import parse_workers
-
-    name = args.transfer.split(",")[0].strip()
-    run = traced_run(profile, cluster, workers=args.trace_workers or max(parse_workers(args.workers)),
-                     transfer=name, priorities=priorities, sharing=args.sharing.split(",")[0].strip(),
-                     mode=args.mode, servers=args.servers, cores=args.cores, steps=args.trace_steps,
-                     seed=args.seed, flow_cap=args.flow_cap, stagger=args.stagger)
-    try:
-        write_chrome_trace(run, args.trace_out)
-    except OSError as exc:
-        raise InputError(args.trace_out, f"cannot write: {exc.strerror or exc}") from None
-
-
-def traced_run(profile, cluster, *, workers: int, transfer: str, priorities: dict, sharing: str = "ps",
-               mode: str = "async", servers: int | None = None, cores: float | None = None, steps: int = 3,
-               seed: int = 0, flow_cap: str | None = None, stagger: float = 1.0):
-    """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
-    :class:`~simulate.engine.SimRun` with a ``trace``). ``transfer`` is a scheduler name or a
-    key of ``priorities``. Workers start as :func:`simulate.predict.staggered_starts` spreads them."""
-    from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
-    from simulate.engine import run
-    from simulate.predict import staggered_starts
-    from simulate.prepare import prepare
-
-    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "--transfer")
-    sharing_ = parse_enum(Sharing, sharing, "--sharing")
-    if sharing_ is Sharing.HYBRID:
-        warnings.warn(TfsimWarning("--trace-out", "hybrid sharing traced as ps"), stacklevel=2)
-        sharing_ = Sharing.PS
-    mode_ = parse_enum(Mode, mode, "--mode")
-    graph = prepare(profile, cluster, workers=workers, mode=mode_, servers=servers,
-                    priorities=priorities.get(transfer))
-    colocation = Colocation.single_host(workers, graph.n_servers, cores) if cores else None
-    config = SimConfig(workers=workers, mode=mode_, sharing=sharing_, transfer=kind, steps=steps,
-                       warmup=0, seed=seed, trace_steps=steps, colocation=colocation,
-                       start_offsets_s=staggered_starts(profile, workers, stagger),
-                       flow_cap_Bps=parse_rate(flow_cap, "--flow-cap") if flow_cap else None)
-    return run(graph, cluster, config)

@@ -122,7 +122,7 @@ def untraced_step_s(run_dir: Path) -> float | None:
 def lockstep_predictions(profile, cluster, workers, *, cores: float, steps: int) -> dict[int, float]:
     """``grpc`` throughput per W with every worker starting at once (``stagger=0``): workers that
     stay in lock step, the other end of the range from the default's staggered starts."""
-    from simulate.predict import predict
+    from simulate.sweep import predict
 
     frame = predict(profile, cluster, workers=workers, transfer="grpc", cores=cores, steps=steps,
                     warmup=min(50, steps // 5), stagger=0.0, jobs=1)
@@ -134,8 +134,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     """Profile, calibrate, predict and measure one setting; return its result rows."""
     from calibration.calibrate import calibrate_run
     from simulate.cluster_file import load_cluster, save_cluster
-    from simulate.compare import baselines
-    from simulate.predict import predict
+    from simulate.coarse import baselines
+    from simulate.sweep import predict
     from simulate.untrace import fit_computation_scale, scale_computation
     from tfprofile.profile_io import save_profile
     from tfprofile.rundir import profile_from_run_dir

@@ -11,6 +11,6 @@ enforced transfer order worth it?", with its numbers beside it as JSON and CSV.
 """
 
 from tfsim.report.build import Report, ReportRequest, build_report
-from tfsim.report.command import make_report, run_cli
+from tfsim.report.command import make_report, say_on_stderr
 
-__all__ = ["Report", "ReportRequest", "build_report", "make_report", "run_cli"]
+__all__ = ["Report", "ReportRequest", "build_report", "make_report", "say_on_stderr"]

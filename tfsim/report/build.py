@@ -15,7 +15,17 @@ import dataclasses
 from pathlib import Path
 from typing import Callable
 
+from simulate.cluster_file import resolve_cluster
+from simulate.coarse import baselines
+from simulate.orderings import expand_random, order_gains, ordering_priorities
+from simulate.sweep import parse_workers, predict, traced_run
 from tfbase.errors import InputError, UsageError
+from tfbase.units import parse_rate
+from tfprofile.profile_io import load_profile
+from tfsim.comparison import comparison_table, read_measured
+from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
+from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
+from tfsim.report.gantt import gantt_from_run
 
 REPORT_ORDERS = ("http2", "fifo", "tic", "tac", "random")
 GANTT_STEPS = 3
@@ -111,39 +121,14 @@ def report_transfers(reference: str) -> list[str]:
     return [reference] + [name for name in REPORT_ORDERS if name != reference]
 
 
-def order_gains(frame, reference: str):
-    """Per policy: TicTac's E at W = 1, throughput at the smallest and largest W, and its gain over
-    ``reference`` (mean over the sweep, best, and the W of the best). One row per policy."""
-    import pandas as pd
-
-    base = frame[frame["policy"] == reference].set_index("workers")["throughput_eps"]
-    rows = []
-    for policy, group in frame.groupby("policy", sort=False):
-        group = group.set_index("workers").sort_index()
-        gain = (group["throughput_eps"] / base.reindex(group.index) - 1.0).dropna()
-        rows.append({"policy": policy, "efficiency_E": group["efficiency_E"].iloc[0],
-                     "throughput_Wmin_eps": group["throughput_eps"].iloc[0],
-                     "throughput_Wmax_eps": group["throughput_eps"].iloc[-1],
-                     "mean_gain": float(gain.mean()), "best_gain": float(gain.max()),
-                     "best_gain_workers": int(gain.idxmax())})
-    return pd.DataFrame(rows)
-
-
 def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None) -> Report:
     """Read the inputs, run the sweep, the baselines and the traced runs; nothing is written."""
-    from simulate.compare import baselines
-    from simulate.predict import ordering_summary, parse_workers, predict
-    from tfprofile.profile_io import load_profile
-    from tfsim.comparison import comparison_table, read_measured
-    from tfsim.prediction import (expand_random, ordering_fields, ordering_priorities, prediction_document,
-                                  resolve_cluster, traced_run)
-    from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
-    from tfsim.report.gantt import gantt_from_run
 
     say(f"[1/4] reading {request.profile_path}"
         + (f" and {request.cluster_path}" if request.cluster_path else ""))
     profile = load_profile(request.profile_path)
-    cluster = resolve_cluster(request.cluster_path, request.bandwidth)
+    cluster = resolve_cluster(request.cluster_path,
+                              parse_rate(request.bandwidth, "bandwidth") if request.bandwidth else None)
     if request.plots_dir is not None and not request.plots_dir.is_dir():
         raise InputError(request.plots_dir, "no such directory (give the DIR of tfsim calibrate --plots DIR)")
     measured = read_measured(request.measured_path, request.setting) if request.measured_path else None

@@ -1,13 +1,8 @@
-"""``tfsim calibrate``: run the fits, write CLUSTER.json and the figures, print a summary."""
+"""A calibration in a few lines of text, as ``tfsim calibrate`` prints it."""
 
 from __future__ import annotations
 
-import json
-
 from tfbase.units import format_rate
-
-from calibration.calibrate import calibrate_run
-from simulate.cluster_file import save_cluster
 
 
 def _pct(value) -> str:
@@ -40,17 +35,3 @@ def format_calibration(document: dict) -> str:
                      f"{check['traced_makespan_median_s'] * 1e3:.1f} ms: {errs})")
     lines.append(f"default transfer model: {document['default_transfer']}")
     return "\n".join(lines)
-
-
-def run_cli(args) -> int:
-    calibration = calibrate_run(args.run_dir, backend=args.backend)
-    document = calibration.to_cluster_json()
-    save_cluster(document, args.output)
-    if args.plots:
-        from calibration.plots import overhead_figure, stream_timeline_figure
-        from tfbase.figures import save_figure
-
-        save_figure(overhead_figure(calibration), args.plots / "overhead.png")
-        save_figure(stream_timeline_figure(calibration), args.plots / "streams.png")
-    print(json.dumps(document, indent=2) if args.json else format_calibration(document))
-    return 0

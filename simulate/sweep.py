@@ -1,4 +1,4 @@
-"""``simulate.predict``: throughput for every configuration of a sweep, as a DataFrame.
+"""Throughput for every configuration of a sweep, as a DataFrame (:func:`predict`).
 
 One configuration (a :class:`Scenario`) is a worker count, a server count, a mode, a
 sharing model and a transfer scheduler. Each is prepared (:mod:`simulate.prepare`) and
@@ -21,8 +21,9 @@ from tfprofile.dag import Profile
 from tfbase.errors import TfsimWarning, UsageError
 
 from simulate.cluster import ClusterModel
+from simulate.cluster_file import resolve_cluster
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
-from simulate.engine import run
+from simulate.engine import SimRun, run
 from simulate.prepare import prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise
 
@@ -69,24 +70,59 @@ def staggered_starts(profile: Profile, workers: int, stagger: float) -> tuple[fl
     return tuple(stagger * step * w / workers for w in range(workers))
 
 
-def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict,
-                with_efficiency: bool = False):
-    colocation = options.get("colocation")
+def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *, steps: int, warmup: int,
+                 seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
+                 trace_steps: int = 0) -> SimRun:
+    """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
+
+    ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
+    servers) that builds one for this scenario's size (what a sweep over W passes).
+    ``trace_steps`` > 0 records every chunk of each worker's first steps.
+    """
     if colocation is not None and callable(colocation):
         colocation = colocation(scenario.workers, scenario.servers or max(profile.graph.n_servers, 1))
     graph = prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode, servers=scenario.servers,
                     priorities=scenario.priorities)
-    config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=sharing, transfer=scenario.transfer,
-                       steps=options["steps"], warmup=options["warmup"], seed=options["seed"],
-                       flow_cap_Bps=options.get("flow_cap_Bps"), colocation=colocation,
-                       start_offsets_s=staggered_starts(profile, scenario.workers, options.get("stagger", 0.0)))
-    result = run(graph, cluster, config)
+    config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=scenario.sharing,
+                       transfer=scenario.transfer, steps=steps, warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps,
+                       colocation=colocation, trace_steps=trace_steps,
+                       start_offsets_s=staggered_starts(profile, scenario.workers, stagger))
+    return run(graph, cluster, config)
+
+
+def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict,
+                with_efficiency: bool = False):
+    result = simulate_one(profile, cluster, dataclasses.replace(scenario, sharing=sharing), steps=options["steps"],
+                          warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
+                          colocation=options.get("colocation"), stagger=options.get("stagger", 0.0))
+    graph = result.graph
     efficiency = math.nan
     if with_efficiency:
         capacity = np.array([[cluster.downlink_Bps] * graph.n_servers, [cluster.uplink_Bps] * graph.n_servers])
         values = efficiency_one_worker(result, capacity)
         efficiency = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
     return graph, summarise(result), efficiency
+
+
+def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
+               sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
+               steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0) -> SimRun:
+    """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
+    :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
+
+    ``transfer`` is a scheduler name or a key of ``priorities`` (then the priority scheduler
+    with that order). Hybrid sharing is an average of two runs, so it is traced as ``ps``
+    (with a warning). Workers start as :func:`staggered_starts` spreads them.
+    """
+    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "transfer")
+    sharing_ = parse_enum(Sharing, sharing, "sharing")
+    if sharing_ is Sharing.HYBRID:
+        warnings.warn(TfsimWarning("sharing", "hybrid sharing is traced as ps"), stacklevel=2)
+        sharing_ = Sharing.PS
+    scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
+                        priorities.get(transfer))
+    return simulate_one(profile, cluster, scenario, steps=steps, warmup=0, seed=seed, flow_cap_Bps=flow_cap_Bps,
+                        colocation=_single_host(cores) if cores else None, stagger=stagger, trace_steps=steps)
 
 
 def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
@@ -182,7 +218,7 @@ def parse_workers(text: str) -> list[int]:
 
 def predict(
     profile: Profile,
-    cluster: ClusterModel | None = None,
+    cluster: ClusterModel | str | os.PathLike | None = None,
     *,
     workers: int | Iterable[int] | str = 1,
     servers: int | Iterable[int] | None = None,
@@ -234,15 +270,7 @@ def predict(
     """
     import pandas as pd
 
-    if cluster is None:
-        if bandwidth_Bps is None:
-            raise UsageError("--cluster", "give a calibrated cluster (CLUSTER.json) or a bandwidth")
-        warnings.warn(TfsimWarning(None, "no calibration: parsing overhead 0 and an unlimited HTTP/2 window assumed"),
-                      stacklevel=2)
-        cluster = ClusterModel.from_bandwidth(bandwidth_Bps)
-    elif bandwidth_Bps is not None:
-        scale = bandwidth_Bps / cluster.downlink_Bps
-        cluster = cluster.with_bandwidth(bandwidth_Bps, cluster.uplink_Bps * scale)
+    cluster = resolve_cluster(cluster, bandwidth_Bps)
     worker_list = parse_workers(workers) if isinstance(workers, str) else [int(w) for w in _as_list(workers)]
     mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "--mode")
     priorities = dict(priorities or {})
@@ -293,25 +321,3 @@ class _single_host:
 
 def default_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, 8))
-
-
-def ordering_summary(frame):
-    """Per transfer policy: E at W = 1, throughput at the smallest and largest W, and the gain
-    over ``http2`` at each W (best and where it is reached). One row per policy."""
-    import pandas as pd
-
-    rows = []
-    reference = frame[frame["policy"] == "http2"].set_index("workers")["throughput_eps"]
-    for policy, group in frame.groupby("policy", sort=False):
-        group = group.set_index("workers")
-        one = group.loc[group.index.min()]
-        row = {"policy": policy, "efficiency_E": one["efficiency_E"],
-               "throughput_W1_eps": one["throughput_eps"],
-               "throughput_Wmax_eps": group.loc[group.index.max(), "throughput_eps"]}
-        if len(reference):
-            gain = (group["throughput_eps"] / reference.reindex(group.index) - 1.0).dropna()
-            row["best_gain_over_http2"] = float(gain.max()) if len(gain) else math.nan
-            row["at_workers"] = int(gain.idxmax()) if len(gain) else None
-            row["mean_gain_over_http2"] = float(gain.mean()) if len(gain) else math.nan
-        rows.append(row)
-    return pd.DataFrame(rows)

@@ -12,8 +12,8 @@ import json
 import math
 from pathlib import Path
 
-from tfsim.argtypes import non_negative_int, positive_float
 from tfbase.errors import InputError
+from tfsim.cli.options import non_negative_int, positive_float
 
 DESCRIPTION = """\
 Compute TicTac priorities for the parameter transfers (PS -> worker recv ops) of a profile
@@ -40,7 +40,7 @@ example:
 """
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def register(subparsers) -> argparse.ArgumentParser:
     """Register ``tfsim order`` on ``subparsers`` (from ``ArgumentParser.add_subparsers``)."""
     from tfprofile.tictac import POLICIES
 

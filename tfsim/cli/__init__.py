@@ -1,0 +1,125 @@
+"""The ``tfsim`` command line: one program, a subcommand per job, one module per subcommand.
+
+Each subcommand module has ``register(subparsers)`` and ``run(args) -> int``. ``run`` imports
+the library it drives when it runs, so ``tfsim --help`` and ``tfsim X --help`` stay fast (no
+numpy, pandas, numba or TensorFlow).
+
+This package is the only place that knows the option names. The library names the
+*parameter* at fault in its errors (``workers: must be between 1 and 1024``); :func:`main`
+turns a parameter into the option that sets it (``--workers: ...``).
+
+Exit status: 0 on success, 2 on bad input or usage (one line on stderr), 1 when a run
+fails or on an internal error, 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from typing import Sequence
+
+from tfbase.errors import CollectError, InputError, TfsimWarning
+from tfsim import __version__
+from tfsim.cli import calibrate, collect, compare, demo, lab, order, predict, profile, report
+from tfsim.cli.options import Parser
+
+DESCRIPTION = """\
+Predict how fast a TensorFlow parameter-server training job runs on W workers,
+from a 1-PS/1-worker profiling run.
+
+workflow:
+  tfsim collect   run a real 1-PS/1-worker TF1 job here and trace it
+  tfsim profile   turn the traces into an op DAG profile; summarise a profile
+  tfsim calibrate fit bandwidth, HTTP/2 window and parsing overhead from a captured run
+  tfsim order     TicTac transfer priorities (TIC, TAC) and scheduling efficiency
+  tfsim predict   simulate the job on W workers and M servers: throughput table and plot
+  tfsim compare   the simulation beside the coarse analytical baselines (and measurements)
+  tfsim report    one self-contained HTML page: calibration, job, throughput over W, orders, steps
+  tfsim lab       measure real W-worker throughput on emulated clusters; publish the error
+  tfsim demo      summary, prediction, orderings and baselines on the bundled real data
+"""
+
+COMMANDS = (collect, profile, calibrate, order, predict, compare, report, lab, demo)
+
+# Library parameters whose option is not simply ``--`` + the parameter's name (with dashes).
+PARAMETER_OPTIONS = {
+    "bandwidth_Bps": "--bandwidth",
+    "flow_cap_Bps": "--flow-cap",
+    "servers": "--ps",
+    "colocation": "--cores",
+    "start_offsets_s": "--stagger",
+    "timeout_s": "--timeout",
+    "connect_timeout_s": "--connect-timeout",
+    "batch_size": "--batch",
+    "rate_bit": "--rate",
+    "delay_ms": "--latency",
+    "output": "-o",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="tfsim", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"tfsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
+
+
+def option_for(parameter: str | None, parser: argparse.ArgumentParser) -> str | None:
+    """The option of ``parser`` that sets the library parameter ``parameter``, or None."""
+    if not parameter or not parameter.isidentifier():  # a file, or already an option
+        return None
+    options = {opt for action in parser._actions for opt in action.option_strings}
+    candidates = [PARAMETER_OPTIONS.get(parameter), "--" + parameter.replace("_", "-")]
+    for action in parser._actions:  # an option whose destination is the parameter (--ps -> servers)
+        if action.dest == parameter and action.option_strings:
+            candidates.append(action.option_strings[-1] if action.option_strings[-1].startswith("--")
+                              else action.option_strings[0])
+    return next((c for c in candidates if c in options), None)
+
+
+def _as_option(err: InputError, parser: argparse.ArgumentParser) -> str:
+    """The error's one line, with a parameter name replaced by its option."""
+    option = option_for(err.source, parser)
+    return f"{option}: {err.problem}" if option else str(err)
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command_parser = _subparser(parser, args.command)
+    default_showwarning = warnings.showwarning
+
+    def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, TfsimWarning):
+            text = _as_option(message, command_parser) if isinstance(message, TfsimWarning) else message
+            print(f"tfsim: warning: {text}", file=sys.stderr)
+        else:
+            default_showwarning(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show_warning
+    try:
+        return args.handler(args)
+    except InputError as err:
+        print(f"tfsim: error: {_as_option(err, command_parser)}", file=sys.stderr)
+        return 2
+    except CollectError as err:
+        print(f"tfsim: {args.command} failed: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tfsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    finally:
+        warnings.showwarning = default_showwarning

@@ -1,0 +1,42 @@
+"""``tfsim calibrate``: fit the cluster from a captured run, write CLUSTER.json and the figures, print a summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "calibrate", help="fit B, the HTTP/2 window and the parsing overhead from a captured run",
+        description="Fit the cluster's link bandwidth B (iperf3 -J, per direction), the HTTP/2 flow-control window "
+                    "WIN (from the capture's SETTINGS and BDP-probe raises), and the parsing overhead alpha*size+beta "
+                    "(last DATA frame on the wire to the end of the RecvTensor record, robust Theil-Sen fit), and "
+                    "check how well each transfer model reproduces the captured stream end times (ICPE Table 1). "
+                    "RUN_DIR comes from tfsim collect --capture.",
+    )
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="CLUSTER.json")
+    p.add_argument("--backend", choices=("scapy", "tshark"), default="scapy",
+                   help="capture decoder (default: scapy; tshark is the slower, independent reference)")
+    p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
+    p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from calibration.calibrate import calibrate_run
+    from calibration.summary import format_calibration
+    from simulate.cluster_file import save_cluster
+
+    calibration = calibrate_run(args.run_dir, backend=args.backend)
+    document = calibration.to_cluster_json()
+    save_cluster(document, args.output)
+    if args.plots:
+        from calibration.plots import overhead_figure, stream_timeline_figure
+        from tfbase.figures import save_figure
+
+        save_figure(overhead_figure(calibration), args.plots / "overhead.png")
+        save_figure(stream_timeline_figure(calibration), args.plots / "streams.png")
+    print(json.dumps(document, indent=2) if args.json else format_calibration(document))
+    return 0

@@ -1,0 +1,137 @@
+"""``tfsim collect``: run a real TF1 parameter-server job here (or this host's task of one) and trace it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tfbase.errors import ClusterError, InputError
+from tfsim.cli.options import non_negative_int, positive_int
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "collect", help="run a real TF1 parameter-server job here and trace it",
+        description="Run a real TF1 graph-mode parameter-server job on this machine (each PS and worker a "
+                    "separate process, async SGD on synthetic data) and write a run directory: per-step "
+                    "RunMetadata (FULL_TRACE with partition graphs), variables.json, step_times.csv and "
+                    "run.json. Needs TensorFlow (pip install 'tfsim[tf]').",
+        epilog="The user's model contract for --model-fn: MODULE:FUNCTION names a function "
+               "f(options) -> (loss, batch_size), called inside tf.compat.v1.device(replica_device_setter), "
+               "that builds the model's graph with tf.compat.v1 ops on its own (synthetic) input. "
+               "options has batch_size, image_size and num_classes. MODULE must be importable.",
+    )
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--model", default="tiny",
+                       help="built-in model: tiny, alexnet, vgg11, resnet50, inception3, wide_mlp (default: tiny)")
+    model.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (see below)")
+    p.add_argument("--batch", type=positive_int, default=32, help="examples per step and worker (default: 32)")
+    p.add_argument("--image-size", type=non_negative_int, default=0,
+                   help="input image side in pixels (default: the model's own)")
+    p.add_argument("--num-classes", type=non_negative_int, default=0, help="classes (default: the model's own)")
+    p.add_argument("--steps", type=positive_int, default=20, help="measured steps per worker (default: 20)")
+    p.add_argument("--warmup", type=non_negative_int, default=5,
+                   help="untimed steps before the measured ones (default: 5)")
+    p.add_argument("--trace-every", type=positive_int, default=1, metavar="K",
+                   help="trace every K-th measured step, starting with the first (default: 1)")
+    p.add_argument("--workers", type=positive_int, help="worker tasks (default: 1; with --role: the cluster's)")
+    p.add_argument("--ps-tasks", type=positive_int,
+                   help="parameter-server tasks (default: 1; with --role: the cluster's)")
+    p.add_argument("--placement", "--ps-strategy", dest="placement", choices=("round_robin", "greedy"),
+                   default="round_robin",
+                   help="variable placement over PS tasks (default: round_robin, TensorFlow's default)")
+    p.add_argument("--zero-init", action="store_true",
+                   help="initialise the weights to zero: same timings, but captures compress a thousandfold")
+    p.add_argument("--grpc-options", metavar="OPTS",
+                   help="TF_GRPC_DEFAULT_OPTIONS for every task, e.g. "
+                        "'grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535' to pin a small HTTP/2 window")
+    p.add_argument("--intra-op-threads", type=non_negative_int, default=0, help="0: TensorFlow's default")
+    p.add_argument("--inter-op-threads", type=non_negative_int, default=0, help="0: TensorFlow's default")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="S", help="give up after S seconds")
+    p.add_argument("--capture", action="store_true",
+                   help="also measure the link with iperf3 -J (both directions, 3 runs each) and capture the job's "
+                        "gRPC traffic with tcpdump into capture.pcap.gz, for tfsim calibrate (needs root); with "
+                        "--role: the chief's capture only (see --iperf)")
+    p.add_argument("--out", type=Path, metavar="RUN_DIR",
+                   help="run directory to create (required, except on a PS or a non-chief worker with --role)")
+    p.add_argument("--force", action="store_true", help="replace RUN_DIR if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--capture-interface", metavar="IFACE",
+                   help="interface tcpdump listens on (default: lo; with --role: the one routing to PS 0)")
+    role = p.add_argument_group(
+        "one task per host (a real cluster)",
+        "With --role, --task-index, --cluster-spec or TF_CONFIG set, collect starts only this host's task of the "
+        "job. The cluster comes from TF_CONFIG ({\"cluster\": {\"ps\": [\"host:port\", ...], \"worker\": [...]}, "
+        "\"task\": {\"type\": \"worker\", \"index\": 0}}) or --cluster-spec FILE (the same JSON, or just the "
+        "cluster object). Worker 0, the chief, writes the run directory; every task must get the same model and "
+        "run options.")
+    role.add_argument("--role", choices=("ps", "worker"), help="this task's type (default: TF_CONFIG's task)")
+    role.add_argument("--task-index", type=non_negative_int, metavar="I",
+                      help="this task's index (default: TF_CONFIG's task)")
+    role.add_argument("--cluster-spec", type=Path, metavar="FILE", help="the cluster, instead of TF_CONFIG")
+    role.add_argument("--connect-timeout", type=float, default=30.0, metavar="S",
+                      help="a worker fails if a PS does not answer within S seconds (default: 30)")
+    role.add_argument("--iperf", action="store_true",
+                      help="chief: measure the link to every PS host with iperf3 -J, both directions, before "
+                           "training (each PS host needs --iperf-server)")
+    role.add_argument("--iperf-server", action="store_true", help="PS: run an iperf3 server beside the task")
+    role.add_argument("--iperf-port", type=positive_int, default=5201, metavar="PORT",
+                      help="iperf3's TCP port (default: 5201)")
+    role.add_argument("--iperf-repeats", type=positive_int, default=3, metavar="N",
+                      help="iperf3 runs per direction and PS host (default: 3)")
+    role.add_argument("--iperf-seconds", type=float, default=3.0, metavar="S",
+                      help="length of one iperf3 run (default: 3)")
+    p.set_defaults(handler=run)
+
+
+def _role_mode(args) -> bool:
+    """One task per host: asked for explicitly, or TF_CONFIG describes the job."""
+    return bool(args.role or args.task_index is not None or args.cluster_spec or os.environ.get("TF_CONFIG"))
+
+
+def run(args) -> int:
+    from tfprofile.harness.launcher import CollectConfig, collect
+
+    role = _role_options(args) if _role_mode(args) else None
+    if role is None:
+        for flag, given in (("--iperf", args.iperf), ("--iperf-server", args.iperf_server)):
+            if given:
+                raise InputError(flag, "belongs to one task of a cluster job: give --role (or TF_CONFIG)")
+    if args.out is None and (role is None or role.task.is_chief):
+        raise InputError("--out", "give the run directory to create (--out RUN_DIR)")
+    config = CollectConfig(
+        out_dir=args.out or Path("."), model=args.model_fn and "custom" or args.model, model_fn=args.model_fn,
+        batch_size=args.batch, image_size=args.image_size, num_classes=args.num_classes, steps=args.steps,
+        warmup_steps=args.warmup, trace_every=args.trace_every,
+        workers=len(role.cluster.worker) if role else args.workers or 1,
+        ps_tasks=len(role.cluster.ps) if role else args.ps_tasks or 1,
+        placement=args.placement, intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
+        timeout_s=args.timeout, capture=args.capture, zero_init=args.zero_init,
+        iperf_repeats=args.iperf_repeats, iperf_seconds=args.iperf_seconds,
+        env=(("TF_GRPC_DEFAULT_OPTIONS", args.grpc_options),) if args.grpc_options else (),
+    )
+    if role is not None:
+        from tfprofile.harness.role import run_task
+
+        out = run_task(config, role, progress=not args.no_progress, overwrite=args.force)
+        print(out if out is not None else f"{role.task.label}: done")
+        return 0
+    out = collect(config, progress=not args.no_progress, overwrite=args.force,
+                  capture_interface=args.capture_interface or "lo")
+    print(out)
+    return 0
+
+
+def _role_options(args):
+    """This host's task, its cluster and its side jobs, from the options and TF_CONFIG."""
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import load_task
+
+    cluster, task, source = load_task(os.environ, args.cluster_spec, args.role, args.task_index)
+    for flag, given, count in (("--workers", args.workers, len(cluster.worker)),
+                               ("--ps-tasks", args.ps_tasks, len(cluster.ps))):
+        if given is not None and given != count:
+            raise ClusterError(task.label, f"{flag} {given} disagrees with the cluster in {source} ({count})")
+    return RoleOptions(task, cluster, source, connect_timeout_s=args.connect_timeout, iperf=args.iperf,
+                       iperf_server=args.iperf_server, iperf_port=args.iperf_port,
+                       capture_interface=args.capture_interface)

@@ -1,0 +1,67 @@
+"""``tfsim compare``: the simulation beside the coarse analytical baselines, and measurements."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from tfsim.cli.options import (
+    add_cluster_options, add_measured_options, add_mode_option, add_output_options, positive_int,
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "compare", help="the simulation beside the coarse analytical baselines, and measurements",
+        description="One table and one plot of every method over W: tfsim's fine-grained simulation, and the "
+                    "coarse baselines of the SGD mode (async: Lin et al. with and without the overlap correction, "
+                    "Cynthia and its halved-T_C variant; sync: TPDS Eqs. 7-10; allreduce: ring all-reduce), with "
+                    "the measured points and each method's error when --measured is given (e.g. tfsim lab's "
+                    "results.csv).",
+    )
+    p.add_argument("profile", type=Path, metavar="PROFILE")
+    add_cluster_options(p)
+    add_mode_option(p)
+    add_measured_options(p)
+    p.add_argument("--steps", type=positive_int, default=600, help="simulated steps per worker (default: 600)")
+    add_output_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from simulate.cluster_file import resolve_cluster
+    from simulate.coarse import baselines
+    from simulate.sweep import default_jobs, parse_workers, predict
+    from tfbase.fileio import atomic_output, write_json
+    from tfbase.figures import save_figure
+    from tfbase.units import parse_rate
+    from tfprofile.profile_io import load_profile
+    from tfsim.comparison import comparison_table, read_measured
+    from tfsim.plots import throughput_figure
+
+    profile = load_profile(args.profile)
+    cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+    workers = parse_workers(args.workers)
+    measured = read_measured(args.measured, args.setting) if args.measured else None
+    simulated = predict(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
+                        warmup=min(50, args.steps // 5), cores=args.cores, jobs=args.jobs or default_jobs(),
+                        progress=not args.no_progress)
+    base = baselines(profile, cluster, workers, args.mode)
+    table = comparison_table(simulated, base, measured)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:,.3f}"))
+    if measured is not None:
+        errors = {c[len("error_"):]: float(table[c].abs().mean()) for c in table.columns if c.startswith("error_")}
+        print("mean |error| against the measurements: " + ", ".join(
+            f"{m} {e * 100:.1f}%" for m, e in sorted(errors.items(), key=lambda kv: kv[1]) if not math.isnan(e)))
+    if args.csv:
+        with atomic_output(args.csv) as handle:
+            table.to_csv(handle, index=False, float_format="%.9g")
+    if args.json:
+        rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+                for row in table.to_dict(orient="records")]
+        write_json(args.json, {"format": "tfsim.comparison/1", "mode": args.mode, "rows": rows})
+    if args.plot:
+        save_figure(throughput_figure(simulated, baselines=base, measured=measured,
+                                      title=f"{profile.meta.get('model') or Path(args.profile).stem}: "
+                                            f"tfsim and the coarse baselines ({args.mode} SGD)"), args.plot)
+    return 0

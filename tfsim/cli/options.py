@@ -1,0 +1,96 @@
+"""What every subcommand shares: the parser class, argparse value types, and option groups.
+
+Option groups are added by one function each, so that predict, compare and report spell
+the same option the same way, with the same default and help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit 2), as every other tfsim error."""
+
+    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+        self.exit(2, f"tfsim: error: {message} (see {self.prog} --help)\n")
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer of at least 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """--cluster/--bandwidth/--workers/--cores, as predict, compare and report take them."""
+    p.add_argument("--cluster", type=Path, metavar="CLUSTER.json", help="calibrated cluster (tfsim calibrate)")
+    p.add_argument("--bandwidth", metavar="RATE",
+                   help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
+                        "so); with --cluster: a what-if at this bandwidth")
+    p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
+
+
+def add_mode_option(p: argparse.ArgumentParser) -> None:
+    """--mode: how the workers synchronise."""
+    p.add_argument("--mode", default="async", choices=("async", "sync", "allreduce"), help="default: async")
+
+
+def add_measured_options(p: argparse.ArgumentParser) -> None:
+    """--measured/--setting: measured throughput to compare against (tfsim lab's results.csv)."""
+    p.add_argument("--measured", type=Path, metavar="LAB.csv", help="measured throughput (workers, measured_eps)")
+    p.add_argument("--setting", help="which setting of a lab results.csv with several")
+
+
+def add_steps_options(p: argparse.ArgumentParser, *, steps: int) -> None:
+    """--steps/--warmup: simulated steps per worker and how many are dropped."""
+    p.add_argument("--steps", type=positive_int, default=steps, help=f"steps per worker (default: {steps})")
+    p.add_argument("--warmup", type=non_negative_int, default=50, help="steps dropped per worker (default: 50)")
+
+
+def add_seed_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+
+
+def add_jobs_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    """--jobs and the table, plot and progress options of predict and compare."""
+    add_jobs_option(p)
+    p.add_argument("--json", type=Path, metavar="OUT.json", help="write the table as JSON")
+    p.add_argument("--csv", type=Path, metavar="OUT.csv", help="write the table as CSV")
+    p.add_argument("--plot", type=Path, metavar="OUT.png", help="plot throughput against W")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")

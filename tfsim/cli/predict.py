@@ -1,0 +1,123 @@
+"""``tfsim predict``: simulate the job on W workers; the throughput table, JSON, CSV, plot and trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tfbase.errors import InputError, UsageError
+from tfsim.cli.options import (
+    add_cluster_options, add_mode_option, add_output_options, add_seed_option, add_steps_options, positive_int,
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "predict", help="simulate the job on W workers: throughput table and plot",
+        description="Replay a 1-worker profile for W workers (and M parameter servers) with the trace-generation "
+                    "simulation of ICPE Alg. 3.1 and report throughput (examples/s, summed over workers) with a "
+                    "95%% confidence interval, step times and link utilisation, one row per configuration.",
+        epilog="Rates: 1gbit, 100mbit, 10Gbps (bits/s) or 125MB/s, 1.25e8 (bytes/s). Lists: --workers 1-16 or "
+               "1,2,4,8; --transfer http2,fifo; --sharing ps,fcfs.",
+    )
+    p.add_argument("profile", type=Path, metavar="PROFILE")
+    add_cluster_options(p)
+    p.add_argument("--ps", dest="servers", type=positive_int, metavar="M",
+                   help="re-partition the variables over M parameter servers with TensorFlow's greedy rule "
+                        "(default: as profiled)")
+    add_mode_option(p)
+    p.add_argument("--sharing", default="ps", help="link sharing: ps, fcfs, hybrid, flow_cap (default: ps)")
+    p.add_argument("--transfer", default=None,
+                   help="transfer scheduler(s): grpc (today's gRPC: whole streams in send-ready order, pausing "
+                        "where an HTTP/2 window runs out), http2 (ICPE's model of TF 1.13's gRPC), fifo, or the "
+                        "name of a --priorities file's order (default: the cluster's default_transfer, grpc for "
+                        "clusters calibrated from TF 2.x captures; http2 without a calibration)")
+    p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
+                   help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
+                        "(default NAME: the file's stem). Repeatable.")
+    p.add_argument("--flow-cap", metavar="RATE", help="per-flow cap for --sharing flow_cap")
+    add_steps_options(p, steps=1000)
+    p.add_argument("--stagger", type=float, default=1.0, metavar="STEPS",
+                   help="workers start spread evenly over this many profiled steps, as real workers never start "
+                        "at one instant (default: 1; 0 starts all at once, as the papers' algorithm does, and "
+                        "leaves them in lock step)")
+    add_seed_option(p)
+    p.add_argument("--ci-target", type=float, metavar="F",
+                   help="double the steps until the 95%% half-width is below F x throughput")
+    p.add_argument("--trace-out", type=Path, metavar="OUT.json",
+                   help="write a Chrome trace (Perfetto, chrome://tracing) of a simulated run")
+    p.add_argument("--trace-workers", type=positive_int, help="workers in the traced run (default: the largest W)")
+    p.add_argument("--trace-steps", type=positive_int, default=3, help="steps per worker in the trace (default: 3)")
+    add_output_options(p)
+    p.set_defaults(handler=run)
+
+
+def _names(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def run(args) -> int:
+    from simulate.chrome_trace import write_chrome_trace
+    from simulate.cluster_file import resolve_cluster
+    from simulate.orderings import expand_random, ordering_priorities, read_priority_files
+    from simulate.sweep import default_jobs, parse_workers, predict, traced_run
+    from tfbase.fileio import atomic_output, write_json
+    from tfbase.figures import save_figure
+    from tfbase.units import format_rate, parse_rate
+    from tfprofile.profile_io import load_profile
+    from tfsim.plots import throughput_figure
+    from tfsim.prediction import (
+        format_ordering_summary, format_table, ordering_fields, ordering_summary, prediction_document,
+    )
+
+    profile = load_profile(args.profile)
+    cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+    if args.transfer is None:
+        args.transfer = cluster.default_transfer
+    transfers = expand_random(_names(args.transfer))
+    sharings = _names(args.sharing)
+    if not transfers or not sharings:
+        raise UsageError("--transfer", "give at least one transfer scheduler and sharing model")
+    priorities = read_priority_files(profile, args.priorities)
+    priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
+                                          bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
+    flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
+    frame = predict(
+        profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
+        transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup,
+        seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger,
+        jobs=args.jobs or default_jobs(), progress=not args.no_progress,
+    )
+    model = profile.meta.get("model") or Path(args.profile).stem
+    print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
+          f"uplink {format_rate(cluster.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
+          f"first {args.warmup} dropped; * = saturation point)")
+    print(format_table(frame))
+    extra = {}
+    if frame["policy"].nunique() > 1 and len(sharings) == 1:
+        summary = ordering_summary(frame)
+        print()
+        print(format_ordering_summary(summary))
+        extra = ordering_fields(summary)
+        if "random_spread" in extra:
+            print(extra["random_spread"])
+        print(extra["ordering_verdict"])
+    if args.json:
+        write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=cluster, extra=extra))
+    if args.csv:
+        with atomic_output(args.csv) as handle:
+            frame.to_csv(handle, index=False, float_format="%.9g")
+    if args.plot:
+        save_figure(throughput_figure(frame, title=f"{model} (batch {profile.batch_size}) on "
+                                                   f"{format_rate(cluster.downlink_Bps)} links"), args.plot)
+    if args.trace_out:
+        # A few steps of the largest (or the chosen) configuration, every chunk recorded.
+        run_ = traced_run(profile, cluster, workers=args.trace_workers or max(parse_workers(args.workers)),
+                          transfer=transfers[0], priorities=priorities, sharing=sharings[0], mode=args.mode,
+                          servers=args.servers, cores=args.cores, steps=args.trace_steps, seed=args.seed,
+                          flow_cap_Bps=flow_cap, stagger=args.stagger)
+        try:
+            write_chrome_trace(run_, args.trace_out)
+        except OSError as exc:
+            raise InputError(args.trace_out, f"cannot write: {exc.strerror or exc}") from None
+    return 0
+

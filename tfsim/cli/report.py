@@ -1,0 +1,57 @@
+"""``tfsim report``: one self-contained HTML page, its numbers beside it as JSON and CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tfsim.cli.options import (
+    add_cluster_options, add_jobs_option, add_measured_options, add_mode_option, add_seed_option, add_steps_options,
+    positive_int,
+)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "report", help="one self-contained HTML page: how many workers, and is an enforced order worth it",
+        description="Write DIR/report.html, one page that works offline: the cluster's calibration and its fit, "
+                    "the job (ops, bytes, critical path, TicTac's E and S), predicted throughput against W with its "
+                    "95%% band, the saturation point, the coarse baselines and the measurements when given, the "
+                    "transfer-order what-if (tic, tac, fifo, random, against the cluster's default transfer model), "
+                    "Gantt pictures of simulated steps with "
+                    "1 and with W workers, and a plain-language recommendation. Beside it: report.json, "
+                    "prediction.json (as tfsim predict --json writes it), and CSV tables.",
+        epilog="The reference is the cluster's default transfer model (grpc for clusters calibrated from TF 2.x "
+               "captures, http2 without a calibration). The prediction is tfsim predict --transfer "
+               "REFERENCE,http2,fifo,tic,tac,random with the same --workers, --steps, --warmup and --seed, so its "
+               "numbers match tfsim predict --json. Calibration plots are "
+               "taken from the <name>-plots/ directory beside CLUSTER.json, or from --cluster-plots.",
+    )
+    p.add_argument("profile", type=Path, metavar="PROFILE")
+    add_cluster_options(p)
+    add_mode_option(p)
+    add_measured_options(p)
+    p.add_argument("--cluster-plots", type=Path, metavar="DIR",
+                   help="the calibration plots (tfsim calibrate --plots DIR; default: <cluster name>-plots/)")
+    add_steps_options(p, steps=1000)
+    add_seed_option(p)
+    p.add_argument("--gantt-workers", type=positive_int, metavar="W",
+                   help="workers in the second Gantt picture (default: the saturation point)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
+    add_jobs_option(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from simulate.sweep import default_jobs
+    from tfsim.report import ReportRequest, make_report, say_on_stderr
+
+    request = ReportRequest(
+        profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
+        steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
+        measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
+        plots_dir=args.cluster_plots, jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+    say = (lambda message: None) if args.no_progress else say_on_stderr
+    _, page = make_report(request, args.out, say)
+    print(page)
+    return 0
