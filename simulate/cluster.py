@@ -144,8 +144,8 @@ class ClusterModel:
     source: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "downlink_Bps", check_rate(self.downlink_Bps, "--bandwidth"))
-        object.__setattr__(self, "uplink_Bps", check_rate(self.uplink_Bps, "--bandwidth"))
+        object.__setattr__(self, "downlink_Bps", check_rate(self.downlink_Bps, "downlink_Bps"))
+        object.__setattr__(self, "uplink_Bps", check_rate(self.uplink_Bps, "uplink_Bps"))
         if not (self.win_bytes > 0):
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
 

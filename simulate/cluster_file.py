@@ -84,7 +84,7 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
                             flow_downlink=flows["downlink"], flow_uplink=flows["uplink"],
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
-        raise ClusterFormatError(source, err.problem) from None
+        raise ClusterFormatError(source, f"{err.source}: {err.problem}" if err.source else err.problem) from None
     except AttributeError:
         raise ClusterFormatError(source, "overhead must map downlink/uplink to objects") from None
 

@@ -38,13 +38,13 @@ class Transfer(enum.Enum):
     GRPC = "grpc"          # today's gRPC: whole streams in send-ready order, pausing where a window runs out
 
 
-def parse_enum(kind: type[enum.Enum], text: str, option: str) -> enum.Enum:
-    """``Mode``/``Sharing``/``Transfer`` member named by ``text``, or a one-line UsageError."""
+def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
+    """``Mode``/``Sharing``/``Transfer`` member named by ``text``, or a one-line UsageError naming ``parameter``."""
     for member in kind:
         if member.value == text:
             return member
     choices = ", ".join(m.value for m in kind)
-    raise UsageError(option, f"unknown {kind.__name__.lower()} {text!r}; choose from {choices}")
+    raise UsageError(parameter, f"unknown {kind.__name__.lower()} {text!r}; choose from {choices}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,9 +63,9 @@ class Colocation:
     def __post_init__(self) -> None:
         hosts = len(self.cores)
         if hosts < 1 or any(not (c > 0 and math.isfinite(c)) for c in self.cores):
-            raise UsageError("--cores", "every host needs a positive, finite core count")
+            raise UsageError("cores", "every host needs a positive, finite core count")
         if any(not 0 <= h < hosts for h in (*self.worker_host, *self.server_host)):
-            raise UsageError("--cores", "a task is placed on a host that does not exist")
+            raise UsageError("cores", "a task is placed on a host that does not exist")
 
     @classmethod
     def single_host(cls, workers: int, servers: int, cores: float) -> "Colocation":
@@ -100,23 +100,23 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
-            raise UsageError("--workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
+            raise UsageError("workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise UsageError("--steps", f"must be between 1 and {MAX_STEPS}, not {self.steps}")
+            raise UsageError("steps", f"must be between 1 and {MAX_STEPS}, not {self.steps}")
         if self.start_offsets_s is not None:
             offsets = tuple(float(x) for x in self.start_offsets_s)
             if len(offsets) != self.workers or not all(math.isfinite(x) and x >= 0 for x in offsets):
                 raise UsageError("start_offsets_s", f"needs {self.workers} finite, non-negative start times")
             object.__setattr__(self, "start_offsets_s", offsets)
         if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
-            raise UsageError("--warmup", f"must be at least 0 and below --steps ({self.steps}), not {self.warmup}")
+            raise UsageError("warmup", f"must be at least 0 and below steps ({self.steps}), not {self.warmup}")
         if self.sharing is Sharing.FLOW_CAP:
             if self.flow_cap_Bps is None or not (self.flow_cap_Bps > 0 and math.isfinite(self.flow_cap_Bps)):
-                raise UsageError("--flow-cap", "flow_cap sharing needs a positive, finite per-flow cap")
+                raise UsageError("flow_cap_Bps", "flow_cap sharing needs a positive, finite per-flow cap")
         if self.sharing is Sharing.HYBRID:
-            raise UsageError("--sharing", "hybrid is the average of two runs (ps and fcfs); run those and average")
+            raise UsageError("sharing", "hybrid is the average of two runs (ps and fcfs); run those and average")
         if self.colocation is not None and len(self.colocation.worker_host) != self.workers:
-            raise UsageError("--cores", f"colocation places {len(self.colocation.worker_host)} workers, "
+            raise UsageError("colocation", f"colocation places {len(self.colocation.worker_host)} workers, "
                                         f"not {self.workers}")
         if self.trace_steps < 0:
-            raise UsageError("--trace-steps", "must not be negative")
+            raise UsageError("trace_steps", "must not be negative")

@@ -106,9 +106,9 @@ def repartition_servers(profile: Profile, servers: int) -> np.ndarray:
     """
     graph = profile.graph
     if servers < 1:
-        raise UsageError("--ps", f"needs at least 1 parameter server, not {servers}")
+        raise UsageError("servers", f"needs at least 1 parameter server, not {servers}")
     if len(profile.variables) == 0:
-        raise UsageError("--ps", "re-partitioning needs the profile's variable table (variables.json)")
+        raise UsageError("servers", "re-partitioning needs the profile's variable table (variables.json)")
     var_server = greedy_partition(profile.variables.size_bytes, servers)
     new = np.where(graph.resource == Resource.WORKER, -1, 0).astype(np.int16)
     has_var = graph.variable >= 0

@@ -210,9 +210,9 @@ def parse_workers(text: str) -> list[int]:
             elif part:
                 out.add(int(part))
     except ValueError:
-        raise UsageError("--workers", f"{text!r} is not a list of counts like 1-16 or 1,2,4") from None
+        raise UsageError("workers", f"{text!r} is not a list of counts like 1-16 or 1,2,4") from None
     if not out:
-        raise UsageError("--workers", "no worker count given")
+        raise UsageError("workers", "no worker count given")
     return sorted(out)
 
 
@@ -272,29 +272,29 @@ def predict(
 
     cluster = resolve_cluster(cluster, bandwidth_Bps)
     worker_list = parse_workers(workers) if isinstance(workers, str) else [int(w) for w in _as_list(workers)]
-    mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "--mode")
+    mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "mode")
     priorities = dict(priorities or {})
     scenarios = []
     for server_count in _as_list(servers):
         for share in _as_list(sharing):
-            share_ = share if isinstance(share, Sharing) else parse_enum(Sharing, share, "--sharing")
+            share_ = share if isinstance(share, Sharing) else parse_enum(Sharing, share, "sharing")
             if share_ is Sharing.FLOW_CAP and not flow_cap_Bps:
-                raise UsageError("--flow-cap", "flow_cap sharing needs --flow-cap BYTES_PER_S")
+                raise UsageError("flow_cap_Bps", "flow_cap sharing needs a per-flow cap")
             for tr in _as_list(transfer):
                 name = tr.value if isinstance(tr, Transfer) else str(tr)
                 if name in priorities:
                     tr_, prio = Transfer.PRIORITY, priorities[name]
                 else:
-                    tr_, prio = (tr if isinstance(tr, Transfer) else parse_enum(Transfer, name, "--transfer")), None
+                    tr_, prio = (tr if isinstance(tr, Transfer) else parse_enum(Transfer, name, "transfer")), None
                     if tr_ is Transfer.PRIORITY:
-                        raise UsageError("--transfer", "the priority scheduler needs an order (a priorities file)")
+                        raise UsageError("transfer", "the priority scheduler needs an order (a priorities file)")
                 for w in worker_list:
                     scenarios.append(Scenario(w, server_count, mode_, share_, tr_, name, prio))
     col = colocation
     if col is None and cores is not None:
         col = _single_host(cores)
     if not (math.isfinite(stagger) and stagger >= 0):
-        raise UsageError("--stagger", f"must be finite and non-negative, not {stagger}")
+        raise UsageError("stagger", f"must be finite and non-negative, not {stagger}")
     options = {"steps": steps, "warmup": warmup, "seed": seed, "flow_cap_Bps": flow_cap_Bps, "colocation": col,
                "ci_target": ci_target, "max_steps": max(max_steps, steps), "stagger": float(stagger)}
     SimConfig(workers=1, steps=steps, warmup=warmup)  # validate the shared options before spawning work
@@ -315,7 +315,7 @@ class _single_host:
 
     def __call__(self, workers: int, servers: int) -> Colocation:
         if not (self.cores > 0 and math.isfinite(self.cores)):
-            raise UsageError("--cores", f"must be positive, not {self.cores}")
+            raise UsageError("cores", f"must be positive, not {self.cores}")
         return Colocation.single_host(workers, servers, self.cores)
 
 

@@ -14,20 +14,20 @@ _BYTE_UNITS = {"": 1, "b/s": 1, "bps_bytes": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s"
                "mib/s": 1024 ** 2, "gib/s": 1024 ** 3}
 
 
-def parse_rate(text: str, option: str = "--bandwidth") -> float:
+def parse_rate(text: str, parameter: str = "bandwidth") -> float:
     """``"1gbit"``, ``"100mbit"``, ``"10Gbps"`` (bits/s) or ``"125MB/s"``, ``"1.25e8"`` (bytes/s) -> bytes/s."""
     match = _RATE.match(str(text))
     if not match:
-        raise UsageError(option, f"{text!r} is not a rate like 1gbit, 100mbit or 125MB/s")
+        raise UsageError(parameter, f"{text!r} is not a rate like 1gbit, 100mbit or 125MB/s")
     value, unit = float(match.group(1)), match.group(2).lower()
     if unit in _BIT_UNITS:
         rate = value * _BIT_UNITS[unit] / 8
     elif unit in _BYTE_UNITS:
         rate = value * _BYTE_UNITS[unit]
     else:
-        raise UsageError(option, f"unknown unit {match.group(2)!r} in {text!r}; use bit/kbit/mbit/gbit or B/s, MB/s")
+        raise UsageError(parameter, f"unknown unit {match.group(2)!r} in {text!r}; use bit/kbit/mbit/gbit or B/s, MB/s")
     if not (rate > 0 and math.isfinite(rate)):
-        raise UsageError(option, f"bandwidth must be positive and finite, not {text!r}")
+        raise UsageError(parameter, f"bandwidth must be positive and finite, not {text!r}")
     return rate
 
 

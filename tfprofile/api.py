@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from tfbase.errors import InputError, TraceFormatError
+from tfbase.errors import InputError, TraceFormatError, UsageError
 
 from tfprofile.dag import Profile
 from tfprofile.profile_io import load_profile, save_profile
@@ -57,7 +57,7 @@ def read_profile(
         if not p.exists():
             raise InputError(p, "no such file")
     if batch_size is None:
-        raise InputError("--batch", "trace files outside a run directory need the batch size (--batch N)")
+        raise UsageError("batch_size", "trace files outside a run directory need the batch size")
     table = read_variables(variables) if variables is not None else None
     kinds = {is_chrome_trace(p) for p in paths}
     if kinds == {True}:

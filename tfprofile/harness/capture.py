@@ -33,13 +33,13 @@ IPERF_PORT = 5201
 def require_tools(*tools: str) -> None:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        raise UsageError("--capture", f"needs {', '.join(missing)} on PATH (Debian: apt-get install "
+        raise UsageError("capture", f"needs {', '.join(missing)} on PATH (Debian: apt-get install "
                                       f"{' '.join(missing)})")
 
 
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
-        raise UsageError("--capture", f"{what} needs root (packet capture); run as root or drop --capture")
+        raise UsageError("capture", f"{what} needs root (packet capture); run as root or drop --capture")
 
 
 def capture_filter(ports: Sequence[int]) -> str:
@@ -170,10 +170,10 @@ def interface_towards(ip: str) -> str:
     try:
         result = subprocess.run(["ip", "route", "get", ip], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UsageError("--capture-interface", f"cannot find the interface towards {ip} ({exc}); give it") from None
+        raise UsageError("capture_interface", f"cannot find the interface towards {ip} ({exc}); give it") from None
     match = re.search(r"\bdev (\S+)", result.stdout)
     if result.returncode != 0 or match is None:
-        raise UsageError("--capture-interface", f"no route to {ip} ({result.stderr.strip() or 'ip route get'}); "
+        raise UsageError("capture_interface", f"no route to {ip} ({result.stderr.strip() or 'ip route get'}); "
                                                 "give the interface")
     return match.group(1)
 
@@ -195,7 +195,7 @@ class IperfServer:
         time.sleep(settle_s)
         if process.poll() is not None:
             message = (process.stderr.read() or "").strip().splitlines()
-            raise UsageError("--iperf-server", f"iperf3 -s -p {port} stopped at once: "
+            raise UsageError("iperf_server", f"iperf3 -s -p {port} stopped at once: "
                                                f"{message[-1] if message else 'no message'} (port in use?)")
         return cls(process)
 

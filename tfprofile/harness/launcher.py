@@ -80,10 +80,10 @@ class CollectConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
         if self.model_fn is None and self.model not in ZOO_MODELS:
-            raise UsageError("--model", f"unknown model {self.model!r}; choose from {', '.join(ZOO_MODELS)}"
+            raise UsageError("model", f"unknown model {self.model!r}; choose from {', '.join(ZOO_MODELS)}"
                              " or give --model-fn MODULE:FUNCTION")
         if self.model_fn is not None and ":" not in self.model_fn:
-            raise UsageError("--model-fn", f"{self.model_fn!r} is not of the form MODULE:FUNCTION")
+            raise UsageError("model_fn", f"{self.model_fn!r} is not of the form MODULE:FUNCTION")
         for name in ("batch_size", "steps", "trace_every", "workers", "ps_tasks"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')}", f"must be at least 1, not {getattr(self, name)}")
@@ -91,9 +91,9 @@ class CollectConfig:
             if getattr(self, name) < 0:
                 raise UsageError(f"--{name.replace('_', '-')}", f"must not be negative, not {getattr(self, name)}")
         if self.placement not in ("round_robin", "greedy"):
-            raise UsageError("--placement", f"must be round_robin or greedy, not {self.placement!r}")
+            raise UsageError("placement", f"must be round_robin or greedy, not {self.placement!r}")
         if not (self.timeout_s > 0 and self.startup_timeout_s > 0):
-            raise UsageError("--timeout", "timeouts must be positive")
+            raise UsageError("timeout_s", "timeouts must be positive")
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:

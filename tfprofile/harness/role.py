@@ -61,15 +61,15 @@ class RoleOptions:
 
     def __post_init__(self) -> None:
         if not self.connect_timeout_s > 0:
-            raise UsageError("--connect-timeout", f"must be positive, not {self.connect_timeout_s}")
+            raise UsageError("connect_timeout_s", f"must be positive, not {self.connect_timeout_s}")
         if not 0 < self.iperf_port < 65536:
-            raise UsageError("--iperf-port", f"must be a TCP port, not {self.iperf_port}")
+            raise UsageError("iperf_port", f"must be a TCP port, not {self.iperf_port}")
         if self.iperf_server and self.task.role != "ps":
-            raise UsageError("--iperf-server", f"runs on a PS task, not on {self.task.label}")
+            raise UsageError("iperf_server", f"runs on a PS task, not on {self.task.label}")
         if self.capture_interface is not None and not self.task.is_chief:
-            raise UsageError("--capture-interface", f"the capture runs on the chief (worker 0), not on {self.task.label}")
+            raise UsageError("capture_interface", f"the capture runs on the chief (worker 0), not on {self.task.label}")
         if self.iperf and not self.task.is_chief:
-            raise UsageError("--iperf", f"runs on the chief (worker 0), not on {self.task.label}")
+            raise UsageError("iperf", f"runs on the chief (worker 0), not on {self.task.label}")
 
 
 def agreement_options(config: CollectConfig) -> dict:
@@ -189,7 +189,7 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     if role.task.is_chief:
         return _run_chief(config, role, progress=progress, overwrite=overwrite)
     if config.capture:
-        raise UsageError("--capture", f"the capture runs on the chief (worker 0), not on {role.task.label}")
+        raise UsageError("capture", f"the capture runs on the chief (worker 0), not on {role.task.label}")
     if role.task.role == "worker":
         wait_reachable(role)
     work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))

@@ -133,9 +133,9 @@ class EmulatedCluster:
         if not self.host_names or len(set(self.host_names)) != len(self.host_names):
             raise UsageError("hosts", "need distinct host names")
         if not (self.rate_bit > 0):
-            raise UsageError("--rate", f"link rate must be positive, not {self.rate_bit}")
+            raise UsageError("rate_bit", f"link rate must be positive, not {self.rate_bit}")
         if not (0 <= self.delay_ms < 10_000):
-            raise UsageError("--latency", f"latency must be between 0 and 10 s, not {self.delay_ms} ms")
+            raise UsageError("delay_ms", f"latency must be between 0 and 10 s, not {self.delay_ms} ms")
         self.prefix = self.prefix or f"{PREFIX}-{os.getpid()}-{secrets.token_hex(2)}"
 
     @property

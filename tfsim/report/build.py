@@ -134,7 +134,7 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     measured = read_measured(request.measured_path, request.setting) if request.measured_path else None
     workers = parse_workers(request.workers)
     if request.warmup >= request.steps:
-        raise UsageError("--warmup", f"must be below --steps ({request.steps}), not {request.warmup}")
+        raise UsageError("warmup", f"must be below steps ({request.steps}), not {request.warmup}")
     job = job_facts(profile)
 
     reference = cluster.default_transfer
