@@ -25,13 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from timing import time_calls  # noqa: E402
+
 from calibration.runmatch import run_server_ports  # noqa: E402
 from netcapture import read_capture  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapWriter, iter_packets  # noqa: E402
 from tfbase.fileio import write_json  # noqa: E402
 from tfbase.machine import cpu_model  # noqa: E402
-from timing import time_calls  # noqa: E402
 
 CAPTURES = ROOT / "data" / "captures"
 SCAPY_SAMPLE = 5_000  # scapy's dissectors take ~1 ms a packet: time a sample
@@ -113,7 +114,10 @@ def bench_capture(capture_path: Path, repeat: int) -> dict[str, object]:
         backends = ["scapy"] + (["tshark"] if shutil.which("tshark") else [])
         for backend in backends:
             for label, path in (("gzip", capture_path), ("plain", plain)):
-                times = _seconds(lambda: read_capture(path, backend, server_ports=ports), repeat)
+                def decode(path=path, backend=backend):
+                    return read_capture(path, backend, server_ports=ports)
+
+                times = _seconds(decode, repeat)
                 result["backends"][f"{backend}_{label}"] = _rate(times, megabytes)
         if "tshark" in backends:
             # tshark's start-up (dissectors, the .proto) is a fixed cost; measure it on the

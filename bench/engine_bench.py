@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 from simulate.cluster import ClusterModel  # noqa: E402
 from simulate.config import SimConfig  # noqa: E402
 from simulate.engine import run  # noqa: E402
-from simulate.sweep import predict  # noqa: E402
 from simulate.prepare import prepare  # noqa: E402
-from tfprofile.profile_io import load_profile  # noqa: E402
+from simulate.sweep import predict  # noqa: E402
 from tfbase.fileio import write_json  # noqa: E402
 from tfbase.machine import machine_description  # noqa: E402
+from tfprofile.profile_io import load_profile  # noqa: E402
 
 
 def main() -> int:

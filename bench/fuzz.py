@@ -109,7 +109,7 @@ def compress(data: bytes, rng: random.Random) -> bytes:
 
 
 def _records(data: bytes, boundaries: list[int]) -> list[tuple[int, int]]:
-    edges = sorted(set(b for b in boundaries if 0 <= b <= len(data)))
+    edges = sorted({b for b in boundaries if 0 <= b <= len(data)})
     return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
 
@@ -286,7 +286,11 @@ def signature(exc: BaseException) -> str:
     ours = [f for f in frames if f.filename.startswith(str(ROOT)) and "/bench/" not in f.filename
             and "/.venv/" not in f.filename]
     where = ours[-1] if ours else (frames[-1] if frames else None)
-    place = f"{Path(where.filename).relative_to(ROOT) if where.filename.startswith(str(ROOT)) else Path(where.filename).name}:{where.lineno}" if where else "?"
+    if where is None:
+        place = "?"
+    else:
+        name = Path(where.filename)
+        place = f"{name.relative_to(ROOT) if where.filename.startswith(str(ROOT)) else name.name}:{where.lineno}"
     return f"{type(exc).__name__} at {place}"
 
 

@@ -24,9 +24,9 @@ import json
 import os
 import struct
 import warnings
-from functools import lru_cache
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "data"
@@ -104,7 +104,7 @@ def _slice(data: bytes, boundaries: list[int]) -> bytes:
     return data[:end]
 
 
-@lru_cache(maxsize=None)
+@cache
 def capture_seeds(kind: str) -> tuple[bytes, ...]:
     """Slices of the bundled captures of one format (``"pcap"`` or ``"pcapng"``)."""
     out = []
@@ -137,7 +137,7 @@ def _run_capture(suffix: str) -> Callable[[bytes, Path], None]:
 
 # -- HTTP/2, HPACK, gRPC: byte streams of one real connection --------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def connection_streams() -> tuple[bytes, bytes]:
     """The first bytes of the client and the server side of the first HTTP/2 connection of
     the ``wide_100mbit`` capture, in sequence order."""
@@ -210,7 +210,7 @@ def _run_http2(data: bytes, scratch: Path) -> None:
             continue  # as the backend does: the frame is reported, decoding goes on
 
 
-@lru_cache(maxsize=None)
+@cache
 def header_block_seeds() -> tuple[bytes, ...]:
     """Each direction's HPACK header blocks in order, each with a 2-byte length prefix."""
     from netcapture.http2 import HEADERS, split_padding
@@ -252,7 +252,7 @@ def _run_hpack(data: bytes, scratch: Path) -> None:
             continue
 
 
-@lru_cache(maxsize=None)
+@cache
 def grpc_seeds() -> tuple[bytes, ...]:
     """The DATA payloads of the first RecvTensor streams: requests, and the start of responses,
     one byte tagging the direction (1: from the client)."""
@@ -291,7 +291,7 @@ def _frame_accepted() -> tuple[type, ...]:
 
 # -- traces ---------------------------------------------------------------------------------
 
-@lru_cache(maxsize=None)
+@cache
 def run_metadata_seeds() -> tuple[bytes, ...]:
     """The bundled RunMetadata trace, reduced to its first nodes per device (binary)."""
     from tensorboard.compat.proto import config_pb2
@@ -307,7 +307,7 @@ def run_metadata_seeds() -> tuple[bytes, ...]:
     return (small.SerializeToString(),)
 
 
-@lru_cache(maxsize=None)
+@cache
 def run_metadata_text_seeds() -> tuple[bytes, ...]:
     from google.protobuf import text_format
     from tensorboard.compat.proto import config_pb2
@@ -328,7 +328,7 @@ def _run_run_metadata(suffix: str) -> Callable[[bytes, Path], None]:
     return run
 
 
-@lru_cache(maxsize=None)
+@cache
 def chrome_seeds() -> tuple[bytes, ...]:
     return (gzip.decompress((DATA / "raw" / "tiny_step.chrome.json.gz").read_bytes()),)
 
@@ -371,7 +371,7 @@ def _run_profile(data: bytes, scratch: Path) -> None:
     load_profile(_write(scratch, "profile.npz", data))
 
 
-@lru_cache(maxsize=None)
+@cache
 def profile_seeds() -> tuple[bytes, ...]:
     """The tiny profile as bundled, and variants whose members have the wrong type, shape or
     dtype, or hold Python objects (which must never be unpickled)."""
@@ -395,14 +395,14 @@ def _priority_graph():
     return _cached_profile().graph
 
 
-@lru_cache(maxsize=None)
+@cache
 def _cached_profile():
     from tfprofile.profile_io import load_profile
 
     return load_profile(DATA / "profiles" / "tiny.npz")
 
 
-@lru_cache(maxsize=None)
+@cache
 def priority_seeds() -> tuple[bytes, ...]:
     from tfprofile.tictac import compute_ordering, format_priorities
 
@@ -416,7 +416,7 @@ def _run_priorities(data: bytes, scratch: Path) -> None:
     read_priorities(_write(scratch, "order.tsv", data), _priority_graph())
 
 
-@lru_cache(maxsize=None)
+@cache
 def prediction_seeds() -> tuple[bytes, ...]:
     """A ``tfsim predict --csv`` table and a lab measurement table, as ``tfsim compare
     --measured`` reads them."""
@@ -429,8 +429,8 @@ def prediction_seeds() -> tuple[bytes, ...]:
 
 
 def _run_prediction(data: bytes, scratch: Path) -> None:
-    from tfsim.comparison import read_measured
     from tfbase.errors import InputError
+    from tfsim.comparison import read_measured
 
     path = _write(scratch, "predicted.csv", data)
     for setting in (None, "1gbit"):  # as tfsim compare reads it, without and with --setting

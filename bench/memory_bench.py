@@ -154,7 +154,7 @@ def _child_decode(path: str) -> dict:
 
 def _child_simulate(profile_name: str, workers: int, steps: int, trace_steps: int) -> dict:
     from simulate.cluster import ClusterModel
-    from simulate.config import SimConfig, Sharing
+    from simulate.config import Sharing, SimConfig
     from simulate.engine import run
     from simulate.prepare import prepare
     from tfprofile.profile_io import load_profile
@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = ROOT / "bench" / "results"
     # One part alone updates that part of the previous results.
-    results: dict = json.loads((out / "memory.json").read_text()) if args.only and (out / "memory.json").exists() else {}
+    previous = out / "memory.json"
+    results: dict = json.loads(previous.read_text()) if args.only and previous.exists() else {}
     results.update({"benchmark": "memory", "machine": machine_description(), "date": time.strftime("%Y-%m-%d"),
                     "source_capture": str(SOURCE.relative_to(ROOT))})
     if args.only in (None, "decode"):

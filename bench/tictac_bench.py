@@ -20,11 +20,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tfprofile import tictac  # noqa: E402
-from tfprofile.profile_io import load_profile  # noqa: E402
+from timing import time_calls  # noqa: E402
+
 from tfbase.fileio import write_json  # noqa: E402
 from tfbase.machine import cpu_model  # noqa: E402
-from timing import time_calls  # noqa: E402
+from tfprofile import tictac  # noqa: E402
+from tfprofile.profile_io import load_profile  # noqa: E402
 
 DEFAULT_PROFILES = ("inception3", "resnet50")
 BANDWIDTH_BPS = 1.25e9  # 10 Gbit/s, a typical cluster link
@@ -45,7 +46,7 @@ def bench_profile(path: Path, repeat: int) -> dict[str, object]:
     return {
         "profile": path.name,
         "ops": graph.n_ops,
-        "recvs": int(len(tictac.recv_ops(graph))),
+        "recvs": len(tictac.recv_ops(graph)),
         "servers": graph.n_servers,
         "seconds": {
             "dependencies": _seconds(lambda: tictac.comm_dependencies(graph), repeat),

@@ -17,7 +17,8 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
 - **Overhead** ``alpha * size + beta`` per direction (ICPE §3.2.1): the delay from the last
   DATA frame of a tensor's stream on the wire to the end of its RecvTensor record, against
   the tensor's size, fitted with Theil-Sen (robust to late records; slope and intercept
-  kept non-negative), with R², n and the residuals. The uplink's record ends on the PS's clock and the capture runs on the worker's
+  kept non-negative), with R², n and the residuals. The uplink's record ends on the PS's clock
+  and the capture runs on the worker's
   host: the same clock in the lab, synchronised clocks (NTP) on a real cluster.
 - **Flow control for the ``grpc`` model** per direction: the window timeline above (made
   non-decreasing: BDP probing only raises windows) and the window-update delay, the median
@@ -301,7 +302,7 @@ def _fit_update_delay(samples, bandwidth: dict, windows: dict, flow_control: dic
         candidates = sorted({0.0, measured} | {measured * f for f in (0.125, 0.25, 0.5)})
         mine = [s for s in samples if s.direction == direction]
 
-        def median_error(delay):
+        def median_error(delay, direction=direction, entry=entry, mine=mine):
             trial = {direction: {**entry, "update_delay_s": delay}}
             check = model_check(mine, bandwidth, windows, trial)
             return check["grpc"].get(direction, {}).get("median") or math.inf
@@ -321,7 +322,7 @@ def model_check(samples: list[StreamSample], bandwidth: dict, windows: dict, flo
     by_step: dict[tuple[str, str], list[StreamSample]] = defaultdict(list)
     for s in samples:
         by_step[(s.step_file, s.direction)].append(s)
-    for (step, direction), streams in sorted(by_step.items()):
+    for (_step, direction), streams in sorted(by_step.items()):
         arrival = np.array([s.request_s for s in streams])
         size = np.array([s.size_bytes for s in streams], dtype=float)
         actual = np.array([s.last_data_s for s in streams])

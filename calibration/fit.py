@@ -14,7 +14,6 @@ import numpy as np
 
 from tfbase.errors import InputError
 
-
 MAX_EXACT_SAMPLES = 2000
 MAX_PAIRS = 2_000_000
 

@@ -17,14 +17,27 @@ Entry points::
 
 from netcapture.capture import BACKENDS, Capture, read_capture
 from netcapture.errors import (
-    CaptureError, CaptureWarning, IperfError, MalformedCapture, MalformedFrame, NoHttp2Error,
-    SnaplenError, TruncatedCapture, TsharkError,
+    CaptureError,
+    CaptureWarning,
+    IperfError,
+    MalformedCapture,
+    MalformedFrame,
+    NoHttp2Error,
+    SnaplenError,
+    TruncatedCapture,
+    TsharkError,
 )
 from netcapture.grpc import GrpcMessage, RendezvousKey
 from netcapture.http2 import Http2Frame
 from netcapture.iperf import IperfResult, IperfSummary, read_iperf, summarise_iperf
 from netcapture.streams import (
-    ConnectionSummary, DataFrameEvent, FlowControlTimeline, PingEvent, SettingChange, StreamRecord, WindowSample,
+    ConnectionSummary,
+    DataFrameEvent,
+    FlowControlTimeline,
+    PingEvent,
+    SettingChange,
+    StreamRecord,
+    WindowSample,
     WindowUpdateEvent,
 )
 from netcapture.tcp import ConnectionId, Endpoint, TcpDirectionStats, TcpGap
@@ -32,6 +45,7 @@ from netcapture.tcp import ConnectionId, Endpoint, TcpDirectionStats, TcpGap
 __all__ = [
     "BACKENDS", "Capture", "CaptureError", "CaptureWarning", "ConnectionId", "ConnectionSummary", "DataFrameEvent",
     "Endpoint", "FlowControlTimeline", "GrpcMessage", "Http2Frame", "IperfError", "IperfResult", "IperfSummary",
-    "MalformedCapture", "MalformedFrame", "NoHttp2Error", "PingEvent", "RendezvousKey", "SettingChange", "SnaplenError", "StreamRecord", "TcpDirectionStats", "TcpGap", "TruncatedCapture", "TsharkError", "WindowSample", "WindowUpdateEvent", "read_capture",
-    "read_iperf", "summarise_iperf",
+    "MalformedCapture", "MalformedFrame", "NoHttp2Error", "PingEvent", "RendezvousKey", "SettingChange",
+    "SnaplenError", "StreamRecord", "TcpDirectionStats", "TcpGap", "TruncatedCapture", "TsharkError",
+    "WindowSample", "WindowUpdateEvent", "read_capture", "read_iperf", "summarise_iperf",
 ]

@@ -28,13 +28,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from netcapture.errors import CaptureWarning, NoHttp2Error, TruncatedCapture
 from netcapture.http2 import Http2Frame
 from netcapture.streams import (
-    ConnectionSummary, FlowControlTimeline, StreamRecord, build_flow_control, build_streams, summarise_connections,
+    ConnectionSummary,
+    FlowControlTimeline,
+    StreamRecord,
+    build_flow_control,
+    build_streams,
+    summarise_connections,
 )
 from netcapture.tcp import TcpDirectionStats, TcpGap
 

@@ -67,7 +67,7 @@ class RendezvousKey:
     frame_iter: str
 
     @classmethod
-    def parse(cls, key: str) -> "RendezvousKey | None":
+    def parse(cls, key: str) -> RendezvousKey | None:
         parts = key.split(";")
         if len(parts) != 5:
             return None

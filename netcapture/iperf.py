@@ -19,8 +19,8 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from netcapture.errors import IperfError
 
@@ -71,7 +71,7 @@ class RateSummary:
         return (self.maximum - self.minimum) / self.median if self.median else 0.0
 
     @classmethod
-    def of(cls, values: list[float]) -> "RateSummary":
+    def of(cls, values: list[float]) -> RateSummary:
         return cls(statistics.median(values), min(values), max(values))
 
 

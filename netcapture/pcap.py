@@ -50,8 +50,9 @@ import logging
 import os
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from scapy.data import MTU
 from scapy.error import Scapy_Exception

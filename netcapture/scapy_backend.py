@@ -29,7 +29,14 @@ from netcapture.capture import BackendResult
 from netcapture.errors import MalformedFrame, TruncatedCapture
 from netcapture.grpc import GrpcDeframer, describe_message, keep_bytes_for
 from netcapture.http2 import (
-    DATA, FLAG_END_STREAM, PREFACE, DirectionDecoder, FrameSplitter, Http2Frame, RawFrame, split_padding,
+    DATA,
+    FLAG_END_STREAM,
+    PREFACE,
+    DirectionDecoder,
+    FrameSplitter,
+    Http2Frame,
+    RawFrame,
+    split_padding,
 )
 from netcapture.layers import ACK, SYN, TcpSegment, decode_tcp
 from netcapture.pcap import PcapReader, check_snaplen
@@ -41,7 +48,7 @@ MAX_HELD_BYTES = 4 << 20
 class _Direction:
     """One direction of a connection: reassembly, then (once HTTP/2) framing and decoding."""
 
-    def __init__(self, connection: "_Connection", src: Endpoint, dst: Endpoint):
+    def __init__(self, connection: _Connection, src: Endpoint, dst: Endpoint):
         self.connection = connection
         self.src, self.dst = src, dst
         self.reassembler = DirectionReassembler(src, dst, self._on_bytes, self._on_gap)
@@ -69,7 +76,7 @@ class _Direction:
 class _Connection:
     """Both directions of one TCP connection and whether it carries HTTP/2."""
 
-    def __init__(self, backend: "_Decoder", a: Endpoint, b: Endpoint):
+    def __init__(self, backend: _Decoder, a: Endpoint, b: Endpoint):
         self.backend = backend
         self.directions = {(a, b): _Direction(self, a, b), (b, a): _Direction(self, b, a)}
         self.client: Endpoint | None = None  # from the SYN, when captured
@@ -276,7 +283,7 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
         if connection.state != "http2" and any(d.reassembler.delivered_bytes for d in connection.directions.values()):
             others += 1
             if server_ports is not None:
-                a, b = connection.directions
+                a, _ = connection.directions
                 decoder.warn(f"{a[0]} <-> {a[1]}: not decodable as HTTP/2 (no connection preface at the start "
                              "of the captured client stream; was the capture started after the connection?)")
     decoder.frames.sort(key=lambda item: (item[0], item[1]))

@@ -31,13 +31,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Iterable
+from collections.abc import Iterable
 
 from netcapture.grpc import RECV_TENSOR_PATH, RendezvousKey
 from netcapture.http2 import (
-    CONTINUATION, DATA, DECODED_TYPES, DEFAULT_INITIAL_WINDOW_BYTES, DEFAULT_MAX_FRAME_BYTES, FRAME_TYPE_NAMES,
-    HEADERS, PING, RST_STREAM, SETTINGS, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE,
-    SETTINGS_NAMES, WINDOW_UPDATE, Http2Frame,
+    CONTINUATION,
+    DATA,
+    DECODED_TYPES,
+    DEFAULT_INITIAL_WINDOW_BYTES,
+    DEFAULT_MAX_FRAME_BYTES,
+    FRAME_TYPE_NAMES,
+    HEADERS,
+    PING,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_FRAME_SIZE,
+    SETTINGS_NAMES,
+    WINDOW_UPDATE,
+    Http2Frame,
 )
 from netcapture.tcp import ConnectionId, Endpoint
 

@@ -28,7 +28,7 @@ capture, from the first segment seen), unwrapped past 2**32.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 from netcapture.layers import TcpSegment
 

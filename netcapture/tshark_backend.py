@@ -36,15 +36,27 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from netcapture.capture import BackendResult
 from netcapture.errors import MalformedCapture, SnaplenError, TruncatedCapture, TsharkError
 from netcapture.grpc import RECV_TENSOR_PATH, GrpcMessage
 from netcapture.http2 import (
-    CONTINUATION, DATA, FLAG_ACK, FLAG_END_HEADERS, FLAG_PADDED, GOAWAY, HEADERS, PING, PREFACE, PUSH_PROMISE,
-    RST_STREAM, SETTINGS, WINDOW_UPDATE, Http2Frame,
+    CONTINUATION,
+    DATA,
+    FLAG_ACK,
+    FLAG_END_HEADERS,
+    FLAG_PADDED,
+    GOAWAY,
+    HEADERS,
+    PING,
+    PREFACE,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
+    Http2Frame,
 )
 from netcapture.tcp import ConnectionId
 
@@ -117,7 +129,7 @@ def _epoch_ns(text: str) -> int:
 class _Cursor:
     """The occurrences of one field in one packet, taken in order."""
 
-    __slots__ = ("values", "position")
+    __slots__ = ("position", "values")
 
     def __init__(self, raw: str):
         self.values = raw.split(AGGREGATOR) if raw else []
@@ -324,7 +336,7 @@ class _Decoder:
                         if connection.paths.get(frames[i].stream_id) == RECV_TENSOR_PATH and not from_client)
         requests_ok = requests == len(keys.values) == len(steps.values)
         responses_ok = responses == len(contents)
-        if requests and not requests_ok or responses and not responses_ok:
+        if (requests and not requests_ok) or (responses and not responses_ok):
             self.warnings.append(f"packet {packet['number']}: RecvTensor protobuf fields do not line up with its "
                                  "gRPC messages; their keys or sizes are left out")
         out = list(frames)

@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 import os
 
-from tfprofile.dag import Resource
-from tfbase.fileio import write_text
-
 from simulate.engine import SimRun, slot_names
 from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER
+from tfbase.fileio import write_text
+from tfprofile.dag import Resource
 
 
 def chrome_trace(run: SimRun) -> dict:

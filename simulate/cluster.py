@@ -150,12 +150,12 @@ class ClusterModel:
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
 
     @classmethod
-    def from_bandwidth(cls, bandwidth_Bps: float, uplink_Bps: float | None = None) -> "ClusterModel":
+    def from_bandwidth(cls, bandwidth_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
         """An uncalibrated cluster: α = β = 0 and an unlimited window (SPEC: warn the user)."""
         return cls(bandwidth_Bps, bandwidth_Bps if uplink_Bps is None else uplink_Bps,
                    calibrated=False, source="bandwidth only")
 
-    def with_bandwidth(self, downlink_Bps: float, uplink_Bps: float | None = None) -> "ClusterModel":
+    def with_bandwidth(self, downlink_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
         """The same cluster at another bandwidth (a what-if: everything else stays calibrated)."""
         return dataclasses.replace(self, downlink_Bps=downlink_Bps,
                                    uplink_Bps=downlink_Bps if uplink_Bps is None else uplink_Bps)

@@ -19,10 +19,9 @@ import os
 import warnings
 from pathlib import Path
 
+from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
-
-from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 
 CLUSTER_FORMAT = "tfsim.cluster/1"
 

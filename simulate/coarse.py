@@ -9,12 +9,11 @@ left out of the sweep; :func:`simulate.estimate.pai_from_parameters` gives it fo
 
 from __future__ import annotations
 
-from typing import Iterable
-
-from tfprofile.dag import Profile
+from collections.abc import Iterable
 
 from simulate.cluster import ClusterModel
 from simulate.estimate import baseline_predictions, estimate_parameters
+from tfprofile.dag import Profile
 
 BASELINES_BY_MODE = {
     "async": ("lin-async", "lin-async-overlap", "cynthia", "cynthia-halved"),

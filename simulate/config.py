@@ -68,7 +68,7 @@ class Colocation:
             raise UsageError("cores", "a task is placed on a host that does not exist")
 
     @classmethod
-    def single_host(cls, workers: int, servers: int, cores: float) -> "Colocation":
+    def single_host(cls, workers: int, servers: int, cores: float) -> Colocation:
         """Every task on one host with ``cores`` cores (the lab's small machine)."""
         return cls((0,) * workers, (0,) * servers, (float(cores),))
 

@@ -15,11 +15,10 @@ import time
 
 import numpy as np
 
-from tfprofile.dag import Resource
-
 from simulate.cluster import ClusterModel
 from simulate.config import Mode, Sharing, SimConfig, Transfer
 from simulate.prepare import SimGraph
+from tfprofile.dag import Resource
 
 _SCHED = {Transfer.HTTP2: 1, Transfer.FIFO: 0, Transfer.PRIORITY: 2, Transfer.GRPC: 3}
 _SHARE = {Sharing.PS: 0, Sharing.FCFS: 1, Sharing.FLOW_CAP: 2}

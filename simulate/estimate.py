@@ -52,11 +52,10 @@ import re
 
 import numpy as np
 
-from tfprofile.dag import OpGraph, Profile, Resource
-from tfbase.errors import UsageError
-
 from simulate import analytic
 from simulate.cluster import check_non_negative, check_rate
+from tfbase.errors import UsageError
+from tfprofile.dag import OpGraph, Profile, Resource
 
 BACKWARD_SCOPE = re.compile(r"^(gradients|gradient_tape)(_\d+)?$")
 """A name component that marks an op as part of the backward pass."""

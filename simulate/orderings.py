@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tfprofile.dag import Profile
 from tfprofile.tictac import compute_ordering, read_priorities

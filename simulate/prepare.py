@@ -21,15 +21,14 @@ The result, :class:`SimGraph`, keeps ops in topological order with CSR successor
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
-from tfprofile.dag import OpGraph, Profile, Resource
-from tfbase.errors import UsageError
-
 from simulate.cluster import ClusterModel, OverheadPlacement
 from simulate.config import Mode
+from tfbase.errors import UsageError
+from tfprofile.dag import OpGraph, Profile, Resource
 
 KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD = 0, 1, 2
 

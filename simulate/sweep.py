@@ -12,13 +12,10 @@ import dataclasses
 import math
 import os
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-
-from tfprofile.dag import Profile
-from tfbase.errors import TfsimWarning, UsageError
 
 from simulate.cluster import ClusterModel
 from simulate.cluster_file import resolve_cluster
@@ -26,10 +23,13 @@ from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, pars
 from simulate.engine import SimRun, run
 from simulate.prepare import prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise
+from tfbase.errors import TfsimWarning, UsageError
+from tfprofile.dag import Profile
 
 ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
-    "step_time_s", "step_time_mean_s", "step_time_p95_s", "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps",
+    "step_time_s", "step_time_mean_s", "step_time_p95_s", "step_time_by_worker_s", "util_downlink", "util_uplink",
+    "bandwidth_down_Bps",
     "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "efficiency_E", "saturated",
 )
 

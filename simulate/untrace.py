@@ -15,10 +15,9 @@ import dataclasses
 
 import numpy as np
 
-from tfprofile.dag import Profile, Resource
-
 from simulate.cluster import ClusterModel
 from simulate.config import SimConfig, Transfer
+from tfprofile.dag import Profile, Resource
 
 
 def scale_computation(profile: Profile, factor: float) -> Profile:

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfprofile.dag import Resource
-
 from simulate.cluster import ClusterModel
 from simulate.config import Mode, Sharing, SimConfig, Transfer
+from tfprofile.dag import Resource
 
 
 @dataclass

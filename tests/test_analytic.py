@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from simulate import analytic, estimate
+from tfbase.errors import UsageError
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 from tfprofile.profile_io import load_profile
-from tfbase.errors import UsageError
 
 PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"
 BUNDLED = ("tiny", "alexnet", "vgg11", "resnet50", "inception3")

@@ -5,9 +5,9 @@ import warnings
 import numpy as np
 import pytest
 
+from tfbase.errors import GraphError, TraceWarning
 from tfprofile.build import GraphNode, StepRecords, TransferRecord, build_profile, split_input
 from tfprofile.dag import Resource
-from tfbase.errors import GraphError, TraceWarning
 
 PS = "/job:ps/replica:0/task:0/device:CPU:0"
 PS1 = "/job:ps/replica:0/task:1/device:CPU:0"
@@ -116,7 +116,7 @@ def test_no_step_pairs_is_an_error():
 def test_record_of_unknown_tensor_is_an_error():
     step = records()
     step.transfers.append(TransferRecord("edge_9_other", PS, WK, 8, 1_000_000, 10))
-    with pytest.raises(GraphError, match="edge_9_other.*same run"):
+    with pytest.raises(GraphError, match=r"edge_9_other.*same run"):
         build_profile("g", small_graph(), [step], batch_size=4)
 
 
@@ -124,7 +124,7 @@ def test_unpaired_send_is_an_error():
     nodes = [n for n in small_graph() if n.name != "grad_S3"]
     nodes = [GraphNode(n.name, n.op, n.device, tuple(i for i in n.inputs if i != "grad_S3"), n.tensor_name,
                        n.send_device, n.recv_device) for n in nodes]
-    with pytest.raises(GraphError, match="_Send of tensor 'edge_2_grad'.*no partner"):
+    with pytest.raises(GraphError, match=r"_Send of tensor 'edge_2_grad'.*no partner"):
         build_profile("g", nodes, [records()], batch_size=4)
 
 

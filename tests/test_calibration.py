@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 
 from calibration.calibrate import calibrate_run
-from simulate.cluster_file import ClusterFormatError, load_cluster
 from calibration.fit import least_squares, theil_sen
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
 from simulate.cluster import ClusterModel
+from simulate.cluster_file import ClusterFormatError, load_cluster
 from simulate.config import SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
-from tfsim.cli import main
 from tfbase.errors import InputError
+from tfsim.cli import main
 
 SHAPED = {"wide_1gbit": 1e9, "wide_100mbit": 1e8, "wide_1gbit_smallwin": 1e9}
 
@@ -56,7 +56,7 @@ def test_replay_matches_the_engine_for_one_worker(bundled_profile):
     # The downlinks are ready at the times their PS reads end; replay them from those times.
     down = np.flatnonzero(graph.resource == 0)
     last_chunk_end = {}
-    for op, start, end, slot in zip(trace["op"], trace["start_s"], trace["end_s"], trace["slot"]):
+    for op, _start, end, slot in zip(trace["op"], trace["start_s"], trace["end_s"], trace["slot"]):
         if slot == 0:
             last_chunk_end[op] = max(end, last_chunk_end.get(op, 0))
     ready = {}

@@ -3,8 +3,8 @@
 import json
 
 import pytest
-
 from cli_runner import run
+
 from tfsim.cli import build_parser, main
 
 COMMANDS = ("collect", "profile", "calibrate", "order", "predict", "compare", "lab", "demo")
@@ -28,7 +28,7 @@ def test_top_level_help_lists_the_workflow(capsys):
 
 def test_predict_writes_json_csv_plot_and_trace(data_dir, tmp_path, capsys):
     out_json, out_csv, plot, trace = (tmp_path / n for n in ("p.json", "p.csv", "p.png", "t.json"))
-    code, out, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "100mbit", "--workers", "1-3",
+    code, _out, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "100mbit", "--workers", "1-3",
                           "--steps", "60", "--warmup", "5", "--jobs", "1", "--no-progress", "--json", out_json,
                           "--csv", out_csv, "--plot", plot, "--trace-out", trace, "--trace-steps", "2"], capsys)
     assert code == 0, err
@@ -107,7 +107,7 @@ def test_atomic_output_survives_a_killed_writer(tmp_path):
 def test_predict_bad_options_exit_2_with_one_line(data_dir, capsys, args, message):
     base = ["predict", data_dir / "profiles" / "tiny.npz", "--no-progress", "--steps", "50", "--warmup", "5"]
     has_rate = any(a.startswith("--bandwidth") for a in args)
-    code, out, err = run(base + args if has_rate else base + ["--bandwidth", "1gbit"] + args, capsys)
+    code, _out, err = run(base + args if has_rate else base + ["--bandwidth", "1gbit"] + args, capsys)
     assert code == 2
     lines = [line for line in err.splitlines() if not line.startswith("tfsim: warning")]
     assert len(lines) == 1 and lines[0].startswith("tfsim: error:") and message in lines[0], err

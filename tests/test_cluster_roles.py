@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tfprofile.harness.tfconfig import agreement_difference, load_task
 from tfbase.errors import ClusterError
+from tfprofile.harness.tfconfig import agreement_difference, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 IS_ROOT = os.geteuid() == 0

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from reference_sim import reference_run
+
 from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
@@ -261,7 +261,7 @@ def test_link_capacity_and_bytes_are_conserved(bundled_profile):
         size = graph.work[0, t["op"][i]]
         chunk_bytes[i] = size - win if key in moved else min(size, win)
         moved[key] = moved.get(key, 0.0) + chunk_bytes[i]
-    for (w, k, op), total in moved.items():  # bytes are conserved
+    for (_w, _k, op), total in moved.items():  # bytes are conserved
         assert total == pytest.approx(graph.work[0, op])
     # Capacity: the chunks inside any chunk's interval never carry more than B times its length.
     for slot in (0, 2):

@@ -8,7 +8,6 @@ ROLE.spec.json``), which names the run directory. Every wait below is a poll wit
 never a timing assertion.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -96,8 +95,8 @@ def assert_clean_failure(stderr: str, run: Path) -> None:
     partial = run.with_name(run.name + ".incomplete")
     if partial.exists():
         assert not (partial / "run.json").exists()
-        from tfprofile.rundir import open_run_dir
         from tfbase.errors import RunDirError
+        from tfprofile.rundir import open_run_dir
 
         with pytest.raises(RunDirError):
             open_run_dir(partial)

@@ -72,8 +72,8 @@ def test_iperf_streams_must_be_a_list_of_objects(tmp_path):
     (b"workers,throughput_eps\n1e300,3\n", "workers must be whole numbers from 1 to 1000000"),
 ])
 def test_measured_table_with_bad_values_is_refused(tmp_path, text, problem):
-    from tfsim.comparison import read_measured
     from tfbase.errors import InputError
+    from tfsim.comparison import read_measured
 
     path = tmp_path / "measured.csv"
     path.write_bytes(text)

@@ -5,16 +5,15 @@ import json
 
 import numpy as np
 import pytest
+from test_engine import make_profile
 
-from simulate.cluster_file import ClusterFormatError, cluster_from_dict, load_cluster
 from calibration.replay import replay_fifo, replay_grpc
 from simulate.cluster import ClusterModel, FlowControl
+from simulate.cluster_file import ClusterFormatError, cluster_from_dict, load_cluster
 from simulate.config import SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
 from tfbase.errors import UsageError
-
-from test_engine import make_profile
 
 B = 1e8
 

@@ -19,7 +19,13 @@ import warnings
 import pytest
 from hpack import Encoder
 from hyperframe.frame import (
-    ContinuationFrame, DataFrame, HeadersFrame, PingFrame, PriorityFrame, RstStreamFrame, SettingsFrame,
+    ContinuationFrame,
+    DataFrame,
+    HeadersFrame,
+    PingFrame,
+    PriorityFrame,
+    RstStreamFrame,
+    SettingsFrame,
     WindowUpdateFrame,
 )
 

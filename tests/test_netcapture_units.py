@@ -12,14 +12,18 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hyperframe.frame import DataFrame, SettingsFrame, WindowUpdateFrame
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from hyperframe.frame import DataFrame, SettingsFrame, WindowUpdateFrame
 
 from netcapture import IperfError, MalformedCapture, TruncatedCapture, read_iperf, summarise_iperf
 from netcapture.errors import MalformedFrame, NeedMoreData
 from netcapture.grpc import (
-    GrpcDeframer, RendezvousKey, parse_recv_tensor_request, tensor_content_bytes, tensor_name,
+    GrpcDeframer,
+    RendezvousKey,
+    parse_recv_tensor_request,
+    tensor_content_bytes,
+    tensor_name,
 )
 from netcapture.http2 import PREFACE, FrameSplitter, parse_frame
 from netcapture.layers import TcpSegment, decode_tcp, decode_tcp_scapy
@@ -248,7 +252,8 @@ def test_bundled_iperf_runs_give_a_median_and_a_spread():
     summary = summarise_iperf(sorted((DATA_DIR / "iperf3").glob("*.json")))
     rates = [r.received_bits_per_s for r in summary.runs]
     assert len(rates) == 3 and summary.received_bits_per_s.median == sorted(rates)[1]
-    assert summary.received_bits_per_s.minimum <= summary.received_bits_per_s.median <= summary.received_bits_per_s.maximum
+    rate = summary.received_bits_per_s
+    assert rate.minimum <= rate.median <= rate.maximum
     assert 1e9 < summary.received_bits_per_s.median < 1e12  # loopback: Gbit/s, not bit/s or bytes
     assert 0 <= summary.received_bits_per_s.spread < 1
     assert summary.received_bytes_per_s == summary.received_bits_per_s.median / 8
@@ -279,8 +284,7 @@ def test_iperf_outputs_that_are_not_results(tmp_path, text, problem):
 
 
 def test_tshark_backend_without_tshark_says_how_to_install_it(monkeypatch):
-    from netcapture import TsharkError, read_capture
-    from netcapture import tshark_backend
+    from netcapture import TsharkError, read_capture, tshark_backend
 
     monkeypatch.setattr(tshark_backend, "tshark_path", lambda: None)
     with pytest.raises(TsharkError, match="apt-get install tshark"):

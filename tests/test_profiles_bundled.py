@@ -5,8 +5,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from conftest import BUNDLED_MODELS
+
 from tfprofile.dag import Resource
 from tfprofile.profile_io import load_profile, save_profile
 from tfprofile.rundir import open_run_dir, profile_from_run_dir

@@ -7,12 +7,12 @@ import shutil
 import numpy as np
 import pytest
 
+from tfbase.errors import GraphError, ProfileFormatError, RunDirError, TraceFormatError
 from tfprofile.api import read_profile
 from tfprofile.dag import Resource
 from tfprofile.profile_io import load_profile, save_profile
 from tfprofile.rundir import open_run_dir, read_variables
 from tfprofile.runmetadata import graph_nodes, read_run_metadata, step_records
-from tfbase.errors import GraphError, ProfileFormatError, RunDirError, TraceFormatError
 
 
 def test_binary_text_and_gzip_runmetadata_read_the_same(data_dir, tmp_path):
@@ -42,7 +42,9 @@ def test_chrome_trace_agrees_with_runmetadata_on_computation(data_dir):
     full = read_profile([data_dir / "runs" / "tiny" / "trace" / "step_00000.pb.gz"], batch_size=32,
                         variables=data_dir / "raw" / "tiny_variables.json")
     g_c, g_f = chrome.graph, full.graph
-    compute = lambda g: {str(n) for n, r in zip(g.name, g.resource) if r in (Resource.WORKER, Resource.PS)}
+    def compute(g):
+        return {str(n) for n, r in zip(g.name, g.resource) if r in (Resource.WORKER, Resource.PS)}
+
     assert compute(g_c) == compute(g_f)
     assert (g_c.resource == Resource.DOWNLINK).sum() == (g_f.resource == Resource.DOWNLINK).sum()
     assert (g_c.resource == Resource.UPLINK).sum() == (g_f.resource == Resource.UPLINK).sum()

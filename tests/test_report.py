@@ -10,13 +10,14 @@ import re
 import shutil
 import subprocess
 import sys
+import typing
 from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
 import pytest
-
 from cli_runner import run
+
 from tfsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,8 +234,8 @@ def test_interval_arithmetic():
 
 def test_gantt_rows_and_network_wait(bundled_profile):
     from simulate.cluster import ClusterModel
-    from tfprofile.dag import Resource
     from simulate.sweep import traced_run
+    from tfprofile.dag import Resource
     from tfsim.report.gantt import _intersect, _length, gantt_from_run
 
     profile = bundled_profile("tiny")
@@ -260,9 +261,10 @@ def test_recommendation_follows_the_numbers(report_dir):
     from tfsim.report.advice import recommendation
 
     class Stub:
-        cluster = {"calibrated": True, "transfer_model_error": {}}
+        cluster: typing.ClassVar[dict] = {"calibrated": True, "transfer_model_error": {}}
 
-    numbers = {"reference_policy": "grpc", "saturation_workers": 4, "largest_workers": 16, "throughput_at_saturation_eps": 100.0,
+    numbers = {"reference_policy": "grpc", "saturation_workers": 4, "largest_workers": 16,
+               "throughput_at_saturation_eps": 100.0,
                "peak_throughput_eps": 104.0, "speedup_at_saturation": 3.5, "busiest_link": "downlink",
                "busiest_link_utilisation": 0.97, "network_wait_fraction_one": 0.2, "network_wait_fraction_many": 0.6,
                "gantt_workers": 4, "best_order": "tac", "best_order_mean_gain": 0.08, "best_order_max_gain": 0.15,

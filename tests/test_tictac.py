@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tfbase.errors import InputError, UsageError
 from tfprofile import tictac
-from tfsim.cli import order as order_cli
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 from tfprofile.profile_io import load_profile, save_profile
-from tfbase.errors import InputError, UsageError
+from tfsim.cli import order as order_cli
 
 D, W, U, PS = Resource.DOWNLINK, Resource.WORKER, Resource.UPLINK, Resource.PS
 PROFILES = Path(__file__).resolve().parent.parent / "data" / "profiles"
@@ -220,8 +220,8 @@ def reference_deps(graph: OpGraph) -> list[set[int]]:
 def reference_properties(graph, deps, time, outstanding: set[int]):
     """Alg. 1 with Python sets, over recv op indices."""
     recvs = [op for op in range(graph.n_ops) if graph.resource[op] == D]
-    p = {r: 0.0 for r in recvs}
-    m_plus = {r: math.inf for r in recvs}
+    p = dict.fromkeys(recvs, 0.0)
+    m_plus = dict.fromkeys(recvs, math.inf)
     for op in range(graph.n_ops):
         if graph.resource[op] == D:
             continue
@@ -244,7 +244,7 @@ def reference_tac(graph: OpGraph, time: np.ndarray) -> dict[str, int]:
         p, m_plus = reference_properties(graph, deps, time, outstanding)
         candidates = sorted(outstanding)
 
-        def beaten(b):
+        def beaten(b, p=p, m_plus=m_plus, candidates=candidates):
             return sum(tictac.precedes(time[a], p[a], m_plus[a], time[b], p[b], m_plus[b])
                        for a in candidates if a != b)
 

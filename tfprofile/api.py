@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tfbase.errors import InputError, TraceFormatError, UsageError
-
 from tfprofile.dag import Profile
 from tfprofile.profile_io import load_profile, save_profile
 from tfprofile.rundir import profile_from_run_dir, profile_from_traces, read_variables
 
-__all__ = ["read_profile", "load_profile", "save_profile", "is_chrome_trace"]
+__all__ = ["is_chrome_trace", "load_profile", "read_profile", "save_profile"]
 
 
 def is_chrome_trace(path: str | os.PathLike) -> bool:

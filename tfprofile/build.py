@@ -28,12 +28,11 @@ import heapq
 import re
 import warnings
 from collections import defaultdict
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from tfbase.errors import GraphError, TraceWarning
-
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
 TRANSFER_OPS = {"_Send", "_Recv", "_HostSend", "_HostRecv"}

@@ -28,11 +28,10 @@ import os
 import re
 import zlib
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tfbase.errors import GraphError, TraceFormatError
-
 from tfprofile.build import GraphNode, StepRecords, TransferRecord, build_profile, parse_device, split_input
 from tfprofile.dag import Profile, VariableTable
 
@@ -83,7 +82,7 @@ def _parse_step(path: Path) -> tuple[dict[tuple[str, str], dict], list[tuple[str
             continue
         args = e.get("args")
         try:
-            start_ns, dur_ns = int(round(float(e["ts"]) * 1000)), int(round(float(e["dur"]) * 1000))
+            start_ns, dur_ns = round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000)
             name, op = str(args["name"]), str(args["op"])
         except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: an infinite ts or dur
             raise TraceFormatError(path, f"event {k} lacks ts, dur, args.name or args.op") from None

@@ -191,7 +191,7 @@ class VariableTable:
             raise ValueError("VariableTable columns differ in length")
 
     @classmethod
-    def empty(cls) -> "VariableTable":
+    def empty(cls) -> VariableTable:
         return cls(np.array([], dtype=str), np.array([], np.int64), np.array([], np.int16), np.array([], bool))
 
     def __len__(self) -> int:

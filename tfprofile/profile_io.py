@@ -40,7 +40,6 @@ import numpy as np
 
 from tfbase.errors import ProfileFormatError
 from tfbase.fileio import atomic_output
-
 from tfprofile.dag import OpGraph, Profile, VariableTable
 
 PROFILE_FORMAT = "tfsim.profile/1"

@@ -13,13 +13,12 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from tfbase.errors import InputError, RunDirError
-
 from tfprofile.build import build_profile
 from tfprofile.dag import Profile, VariableTable
 from tfprofile.runmetadata import graph_nodes, read_run_metadata, step_records

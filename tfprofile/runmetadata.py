@@ -13,7 +13,6 @@ import zlib
 from pathlib import Path
 
 from tfbase.errors import TraceFormatError
-
 from tfprofile.build import GraphNode, StepRecords, TransferRecord
 
 GZIP_MAGIC = b"\x1f\x8b"

@@ -38,9 +38,9 @@ import re
 
 import numpy as np
 
-from tfprofile.dag import OpGraph, Profile, Resource
 from tfbase.errors import InputError, UsageError
 from tfbase.fileio import write_text
+from tfprofile.dag import OpGraph, Profile, Resource
 
 __all__ = [
     "POLICIES", "CommDependencies", "Efficiency", "Ordering", "ProfileEfficiency", "Properties",

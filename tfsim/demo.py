@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from tfbase.errors import InputError
-from tfbase.fileio import atomic_output, write_json, write_text
 from tfbase.figures import save_figure
+from tfbase.fileio import atomic_output, write_json, write_text
 from tfbase.units import format_rate
 from tfprofile.profile_io import load_profile
 from tfprofile.summary import summarize
@@ -79,7 +79,8 @@ def run_demo(out: Path, *, data: Path | None = None, steps: int = 400, jobs: int
     cluster_path = find_cluster(data)
     where = (f"calibrated cluster {cluster_path.name}" if cluster_path is not None else
              f"{DEMO_BANDWIDTH} links, uncalibrated (no parsing overhead, unlimited HTTP/2 window)")
-    say_on_stderr(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, on {where}")
+    say_on_stderr(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, "
+                  f"on {where}")
     request = ReportRequest(profile_path=data / "profiles" / f"{main}.npz", cluster_path=cluster_path,
                             bandwidth=None if cluster_path is not None else DEMO_BANDWIDTH,
                             workers=",".join(map(str, DEMO_WORKERS)), steps=steps,
@@ -92,7 +93,8 @@ def run_demo(out: Path, *, data: Path | None = None, steps: int = 400, jobs: int
     ref = report.reference_policy
     print(f"\neach order against {ref} (E: TicTac's scheduling efficiency at W = 1):")
     print(report.orderings.to_string(index=False, formatters={
-        "efficiency_E": "{:.2f}".format, "throughput_Wmin_eps": "{:,.1f}".format, "throughput_Wmax_eps": "{:,.1f}".format,
+        "efficiency_E": "{:.2f}".format, "throughput_Wmin_eps": "{:,.1f}".format,
+        "throughput_Wmax_eps": "{:,.1f}".format,
         "mean_gain": "{:+.1%}".format, "best_gain": "{:+.1%}".format}))
     advice = order_advice(headline(report))
     if advice is not None:

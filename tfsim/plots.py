@@ -5,7 +5,6 @@ from __future__ import annotations
 from tfbase.figures import pyplot
 
 
-
 def _label(keys: tuple, names: tuple[str, ...]) -> str:
     return ", ".join(f"{v}" for n, v in zip(names, keys) if v is not None)
 

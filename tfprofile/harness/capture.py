@@ -22,8 +22,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tfbase.errors import CollectError, UsageError
 
@@ -57,7 +57,7 @@ class Tcpdump:
 
     @classmethod
     def start(cls, path: Path, interface: str, ports: Sequence[int], prefix: Sequence[str] = (),
-              timeout_s: float = 10.0, filter_text: str | None = None) -> "Tcpdump":
+              timeout_s: float = 10.0, filter_text: str | None = None) -> Tcpdump:
         """Capture on ``interface`` with :func:`capture_filter` of ``ports``, or ``filter_text``."""
         log_path = path.with_suffix(".tcpdump.log")
         argv = [*prefix, "tcpdump", "-i", interface, "-B", "262144", "-s", "0", "-U", "-w", str(path),
@@ -185,7 +185,7 @@ class IperfServer:
     process: subprocess.Popen
 
     @classmethod
-    def start(cls, port: int = IPERF_PORT, settle_s: float = 0.5) -> "IperfServer":
+    def start(cls, port: int = IPERF_PORT, settle_s: float = 0.5) -> IperfServer:
         require_tools("iperf3")
         try:
             process = subprocess.Popen(["iperf3", "-s", "-p", str(int(port))], stdout=subprocess.DEVNULL,

@@ -30,13 +30,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tfbase.errors import CollectError, UsageError
 from tfbase.fileio import write_json
 from tfbase.machine import machine_description
-
 from tfprofile.harness.capture import Tcpdump, capture_filter, gzip_file, measure_bandwidth, require_root, require_tools
 from tfprofile.harness.task import PROGRESS_PREFIX
 

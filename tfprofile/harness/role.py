@@ -34,11 +34,26 @@ import time
 from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
-
-from tfprofile.harness.capture import (IPERF_PORT, IperfServer, Tcpdump, gzip_file, host_port_filter,
-                                       interface_towards, measure_bandwidth_to, require_root, require_tools)
-from tfprofile.harness.launcher import (INCOMPLETE_SUFFIX, CollectConfig, _die_with_parent, _finish_run_dir,
-                                        _read_lines, _Task, _task_command)
+from tfprofile.harness.capture import (
+    IPERF_PORT,
+    IperfServer,
+    Tcpdump,
+    gzip_file,
+    host_port_filter,
+    interface_towards,
+    measure_bandwidth_to,
+    require_root,
+    require_tools,
+)
+from tfprofile.harness.launcher import (
+    INCOMPLETE_SUFFIX,
+    CollectConfig,
+    _die_with_parent,
+    _finish_run_dir,
+    _read_lines,
+    _Task,
+    _task_command,
+)
 from tfprofile.harness.task import DISAGREEMENT_STATUS, PROGRESS_PREFIX
 from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
 

@@ -246,7 +246,7 @@ def run_worker(spec: dict) -> int:
     server = tf.distribute.Server(cluster, job_name="worker", task_index=index, config=config)
 
     started = time.monotonic()
-    loss, batch_size, train_op = _build_train_graph(tf, tf1, spec, index, cluster)
+    _loss, batch_size, train_op = _build_train_graph(tf, tf1, spec, index, cluster)
     init = tf1.global_variables_initializer()
     uninitialized = tf1.report_uninitialized_variables()
     ready, go = _barrier_queues(tf, tf1, workers)

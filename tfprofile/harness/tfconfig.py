@@ -18,8 +18,8 @@ import dataclasses
 import json
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from tfbase.errors import ClusterError
 
@@ -39,7 +39,7 @@ class ClusterSpec:
     def address(self, role: str, index: int) -> str:
         return (self.ps if role == "ps" else self.worker)[index]
 
-    def resolved(self) -> "ClusterSpec":
+    def resolved(self) -> ClusterSpec:
         """The same cluster with every host name replaced by its IPv4 address (unchanged if
         it does not resolve): captures see addresses, not names."""
         return ClusterSpec(tuple(_resolve(a) for a in self.ps), tuple(_resolve(a) for a in self.worker))
@@ -179,7 +179,8 @@ def agreement_difference(own: dict, theirs: dict, other: str) -> str | None:
         if mine != yours:
             return f"{key} is {mine!r} here, {yours!r} on {other}"
     if own.get("cluster") != theirs.get("cluster"):
-        return f"the cluster spec is {json.dumps(own.get('cluster'))} here, {json.dumps(theirs.get('cluster'))} on {other}"
+        mine, others = json.dumps(own.get("cluster")), json.dumps(theirs.get("cluster"))
+        return f"the cluster spec is {mine} here, {others} on {other}"
     mine = {v[0]: v[1:] for v in own.get("variables", [])}
     yours = {v[0]: v[1:] for v in theirs.get("variables", [])}
     for name in sorted(set(mine) | set(yours)):

@@ -31,7 +31,7 @@ setter and returns ``(loss, batch_size)``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import tensorflow as tf
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfbase.errors import CollectError, InputError, TfsimWarning
 from tfsim import __version__

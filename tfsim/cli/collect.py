@@ -100,7 +100,7 @@ def run(args) -> int:
     if args.out is None and (role is None or role.task.is_chief):
         raise InputError("--out", "give the run directory to create (--out RUN_DIR)")
     config = CollectConfig(
-        out_dir=args.out or Path("."), model=args.model_fn and "custom" or args.model, model_fn=args.model_fn,
+        out_dir=args.out or Path("."), model=(args.model_fn and "custom") or args.model, model_fn=args.model_fn,
         batch_size=args.batch, image_size=args.image_size, num_classes=args.num_classes, steps=args.steps,
         warmup_steps=args.warmup, trace_every=args.trace_every,
         workers=len(role.cluster.worker) if role else args.workers or 1,

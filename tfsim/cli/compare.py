@@ -6,7 +6,11 @@ import math
 from pathlib import Path
 
 from tfsim.cli.options import (
-    add_cluster_options, add_measured_options, add_mode_option, add_output_options, positive_int,
+    add_cluster_options,
+    add_measured_options,
+    add_mode_option,
+    add_output_options,
+    positive_int,
 )
 
 
@@ -32,8 +36,8 @@ def run(args) -> int:
     from simulate.cluster_file import resolve_cluster
     from simulate.coarse import baselines
     from simulate.sweep import default_jobs, parse_workers, predict
-    from tfbase.fileio import atomic_output, write_json
     from tfbase.figures import save_figure
+    from tfbase.fileio import atomic_output, write_json
     from tfbase.units import parse_rate
     from tfprofile.profile_io import load_profile
     from tfsim.comparison import comparison_table, read_measured

@@ -14,7 +14,7 @@ from pathlib import Path
 class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit 2), as every other tfsim error."""
 
-    def error(self, message: str) -> None:  # noqa: D401 - argparse API
+    def error(self, message: str) -> None:
         self.exit(2, f"tfsim: error: {message} (see {self.prog} --help)\n")
 
 

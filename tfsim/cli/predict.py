@@ -6,7 +6,12 @@ from pathlib import Path
 
 from tfbase.errors import InputError, UsageError
 from tfsim.cli.options import (
-    add_cluster_options, add_mode_option, add_output_options, add_seed_option, add_steps_options, positive_int,
+    add_cluster_options,
+    add_mode_option,
+    add_output_options,
+    add_seed_option,
+    add_steps_options,
+    positive_int,
 )
 
 
@@ -60,13 +65,17 @@ def run(args) -> int:
     from simulate.cluster_file import resolve_cluster
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.sweep import default_jobs, parse_workers, predict, traced_run
-    from tfbase.fileio import atomic_output, write_json
     from tfbase.figures import save_figure
+    from tfbase.fileio import atomic_output, write_json
     from tfbase.units import format_rate, parse_rate
     from tfprofile.profile_io import load_profile
     from tfsim.plots import throughput_figure
     from tfsim.prediction import (
-        format_ordering_summary, format_table, ordering_fields, ordering_summary, prediction_document,
+        format_ordering_summary,
+        format_table,
+        ordering_fields,
+        ordering_summary,
+        prediction_document,
     )
 
     profile = load_profile(args.profile)

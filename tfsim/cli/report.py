@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tfsim.cli.options import (
-    add_cluster_options, add_jobs_option, add_measured_options, add_mode_option, add_seed_option, add_steps_options,
+    add_cluster_options,
+    add_jobs_option,
+    add_measured_options,
+    add_mode_option,
+    add_seed_option,
+    add_steps_options,
     positive_int,
 )
 

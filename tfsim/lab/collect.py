@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tfprofile.harness.launcher import CollectConfig, collect
-
 from tfsim.lab.netns import EmulatedCluster, terminate_on_signals
 
 

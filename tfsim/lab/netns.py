@@ -26,7 +26,7 @@ import secrets
 import shutil
 import signal
 import subprocess
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from tfbase.errors import TfsimError, UsageError
 
@@ -145,7 +145,7 @@ class EmulatedCluster:
     def namespaces(self) -> list[str]:
         return [self.bridge_namespace] + [f"{self.prefix}-{h}" for h in self.host_names]
 
-    def up(self) -> "EmulatedCluster":
+    def up(self) -> EmulatedCluster:
         require_lab_tools()
         try:
             br = self.bridge_namespace
@@ -188,7 +188,7 @@ class EmulatedCluster:
                 _kill_namespace_processes(ns)
                 _ip("netns", "delete", ns, check=False)
 
-    def __enter__(self) -> "EmulatedCluster":
+    def __enter__(self) -> EmulatedCluster:
         return self.up()
 
     def __exit__(self, *exc) -> None:

@@ -26,8 +26,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tfbase.fileio import atomic_output, write_json, write_text
 
@@ -95,7 +95,6 @@ def _say(message: str) -> None:
 
 def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool) -> Path:
     from tfprofile.harness.launcher import CollectConfig
-
     from tfsim.lab.collect import collect_in_lab
 
     config = CollectConfig(
@@ -139,7 +138,6 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     from simulate.untrace import fit_computation_scale, scale_computation
     from tfprofile.profile_io import save_profile
     from tfprofile.rundir import profile_from_run_dir
-
     from tfsim.lab.measure import measured_throughput
 
     cores = cores or float(os.cpu_count() or 1)
@@ -193,7 +191,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             **{f"error_{m}": predicted[m] / measured["throughput_eps"] - 1 for m in TRANSFER_MODELS},
             "predicted_grpc_lockstep_eps": predicted_lockstep,
             "error_grpc_lockstep": predicted_lockstep / measured["throughput_eps"] - 1,
-            "lin_async_eps": float(base_w.get("lin-async", math.nan)), "cynthia_eps": float(base_w.get("cynthia", math.nan)),
+            "lin_async_eps": float(base_w.get("lin-async", math.nan)),
+            "cynthia_eps": float(base_w.get("cynthia", math.nan)),
             "measured_step_s": measured["step_time_median_s"], "computation_scale": scale,
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
                for m in TRANSFER_MODELS},

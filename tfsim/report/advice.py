@@ -135,7 +135,8 @@ def recommendation(report, numbers: dict) -> list[str]:
     else:
         sentences.append(f"At W = {sat} the busiest link ({numbers['busiest_link']}) is {_pct(util)} busy, so raw "
                          "bandwidth is not all that limits the job.")
-    sentences.append(f"In the simulated steps a lone worker waits on the network {_pct(numbers['network_wait_fraction_one'])} "
+    sentences.append("In the simulated steps a lone worker waits on the network "
+                     f"{_pct(numbers['network_wait_fraction_one'])} "
                      f"of the time; with {numbers['gantt_workers']} workers, "
                      f"{_pct(numbers['network_wait_fraction_many'])}.")
     orders = order_advice(numbers)

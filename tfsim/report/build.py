@@ -12,8 +12,8 @@ traced runs of the reference.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baselines
@@ -161,7 +161,8 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                                         mode=request.mode, cores=request.cores, steps=GANTT_STEPS,
                                         seed=request.seed)) for w in (1, many)]
     return Report(request=request, model=profile.meta.get("model") or Path(request.profile_path).stem,
-                  batch_size=profile.batch_size, cluster=cluster_facts(cluster, request.cluster_path, request.bandwidth),
+                  batch_size=profile.batch_size,
+                  cluster=cluster_facts(cluster, request.cluster_path, request.bandwidth),
                   reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
                   comparison=comparison, measured=measured, orderings=order_gains(frame, reference),
                   gantt_one=gantts[0], gantt_many=gantts[1],

@@ -12,10 +12,9 @@ import dataclasses
 
 import numpy as np
 
-from tfprofile.dag import Resource
-
 from simulate.engine import slot_names
 from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER
+from tfprofile.dag import Resource
 
 KINDS = ("compute", "transfer", "parse")
 MAX_WORKERS_DRAWN = 8  # more rows than this stop being readable on one page

@@ -11,9 +11,9 @@ import json
 import math
 from pathlib import Path
 
-from tfsim import __version__
 from tfbase.errors import InputError
 from tfbase.fileio import atomic_output, write_json, write_text
+from tfsim import __version__
 
 REPORT_FORMAT = "tfsim.report/1"
 

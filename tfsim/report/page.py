@@ -6,8 +6,8 @@ from __future__ import annotations
 import html
 import math
 
-from tfsim import __version__
 from tfbase.units import format_rate
+from tfsim import __version__
 
 STYLE = """
 :root { --ink: #1a202c; --muted: #4a5568; --line: #e2e8f0; --accent: #2b6cb0; --good: #276749; --bad: #9b2c2c; }
@@ -97,7 +97,8 @@ def _cards(numbers: dict) -> str:
              ("Busiest link there", pct(numbers["busiest_link_utilisation"], 0),
               f"{numbers['busiest_link']} utilisation")]
     if "best_order" in numbers:
-        cards.append(("Best transfer order", f"{esc(numbers['best_order'])} {pct(numbers['best_order_mean_gain'], 1, True)}",
+        best = f"{esc(numbers['best_order'])} {pct(numbers['best_order_mean_gain'], 1, True)}"
+        cards.append(("Best transfer order", best,
                       f"mean gain over {numbers['reference_policy']}; "
                       f"{pct(numbers['best_order_gain_at_saturation'], 1, True)} at "
                       f"W = {numbers['saturation_workers']}"))
@@ -177,7 +178,8 @@ def _job_section(report) -> str:
         ["traced steps", esc(job["steps"])],
         ["ops per step", esc(f"{job['ops']:,}: " + ", ".join(f"{k} {v:,}" for k, v in job["ops_by_resource"].items()))],
         ["parameter servers", esc(job["servers"])],
-        ["bytes per step", esc(f"downlink {job['bytes_downlink'] / 1e6:,.2f} MB, uplink {job['bytes_uplink'] / 1e6:,.2f} MB "
+        ["bytes per step", esc(f"downlink {job['bytes_downlink'] / 1e6:,.2f} MB, "
+                               f"uplink {job['bytes_uplink'] / 1e6:,.2f} MB "
                                f"(trainable variables {job['trainable_variable_bytes'] / 1e6:,.2f} MB)")],
         ["step time (1 worker)", esc(f"median {num(st.get('median'), ',.1f', 1e3)} ms, p95 "
                                      f"{num(st.get('p95'), ',.1f', 1e3)} ms ({job['step_time_source']})")],
@@ -187,7 +189,8 @@ def _job_section(report) -> str:
     ]
     parts = ["<h2>2. The job</h2>", table(["", "from the 1-worker profile"], rows)]
     parts.append("<h3>TicTac's scheduling efficiency of the profiled steps</h3>")
-    parts.append('<p class="note">U: all ops one after another; L: the busiest resource alone; m: the step\'s makespan. '
+    parts.append('<p class="note">U: all ops one after another; L: the busiest resource alone; '
+                 'm: the step\'s makespan. '
                  "E = (U − m)/(U − L) is 1 when the step overlaps as well as it can; S = (U − L)/L bounds what any "
                  "order can gain (TicTac Eqs. 1-4).</p>")
     rows = [["E (scheduling efficiency)", num(tictac["efficiency"]["mean"], ".3f"),
@@ -196,7 +199,8 @@ def _job_section(report) -> str:
             ["U (ms)", num(tictac["upper_s"]["mean"], ",.1f", 1e3), num(tictac["upper_s"]["median"], ",.1f", 1e3)],
             [esc(f"L (ms), set by {tictac['bottleneck']}"), num(tictac["lower_s"]["mean"], ",.1f", 1e3),
              num(tictac["lower_s"]["median"], ",.1f", 1e3)],
-            ["m (ms)", num(tictac["makespan_s"]["mean"], ",.1f", 1e3), num(tictac["makespan_s"]["median"], ",.1f", 1e3)]]
+            ["m (ms)", num(tictac["makespan_s"]["mean"], ",.1f", 1e3),
+             num(tictac["makespan_s"]["median"], ",.1f", 1e3)]]
     parts.append(table(["quantity", "mean", "median"], rows, numeric={1, 2}))
     if tictac["steps_lower_above_makespan"]:
         parts.append(f'<p class="note">In {tictac["steps_lower_above_makespan"]} of {tictac["steps"]} steps L exceeds '
@@ -208,7 +212,8 @@ def _throughput_section(report, figures: dict, numbers: dict) -> str:
     parts = ["<h2>3. Throughput against the number of workers</h2>", figure(figures["throughput"], alt="throughput")]
     comparison = report.comparison
     reference = report.reference.set_index("workers")
-    methods = [c for c in comparison.columns if c not in ("workers", "measured", "tfsim") and not c.startswith("error_")]
+    methods = [c for c in comparison.columns
+               if c not in ("workers", "measured", "tfsim") and not c.startswith("error_")]
     errors = [c for c in comparison.columns if c.startswith("error_")]
     has_measured = "measured" in comparison.columns
     headers = ["W"] + (["measured"] if has_measured else []) + ["tfsim", "± 95% CI", "step (ms)", "downlink busy",
