@@ -1,4 +1,4 @@
-"""Speed of the simulation engine (issue: simulate; SPEC §6).
+"""Speed of the simulation engine (docs/model.md §7.4).
 
 Measures, in one run on this machine:
 

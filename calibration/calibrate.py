@@ -1,4 +1,4 @@
-"""``tfsim calibrate``: fit a cluster's B, WIN and α/β from a captured 1-PS/1-worker run (SPEC §1).
+"""``tfsim calibrate``: fit a cluster's B, WIN and α/β from a captured 1-PS/1-worker run (docs/calibration.md).
 
 Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf3/*.json``,
 ``capture.pcap.gz`` and the traced steps. What is fitted, and from what:
@@ -43,7 +43,7 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   as calibrated), sizes from the capture, B and WIN as fitted; the relative error of every stream's end time is
   ``|modelled − captured| / (captured − t0)`` with t0 the step's first request in that
   direction, over streams of at least ``min_stream_bytes`` (100 KB: a stream that ends a few
-  ms after the step starts would make the relative error explode, FIELD-NOTES).
+  ms after the step starts would make the relative error explode, docs/calibration.md §8.1).
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     """Where the parsing overhead best explains the calibration run itself.
 
     The run was 1 PS and 1 worker on this very cluster, so a model with the fitted B, WIN
-    and α/β must reproduce its traced step time at W = 1 (SPEC §3's first property). Each
+    and α/β must reproduce its traced step time at W = 1 (docs/model.md §7.3; docs/calibration.md §6.3). Each
     placement (``compute``, ``lane``, ``delay``; :class:`simulate.cluster.OverheadPlacement`)
     is simulated at W = 1 with the cluster's default transfer model; the one whose median step
     time is closest to the traced makespan is chosen, and every placement's relative error is

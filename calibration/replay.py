@@ -3,7 +3,7 @@
 Each function takes the streams of one direction of one step, as arrival times (when the
 model puts a stream on the link's queue), sizes in bytes and the link rate, and returns
 the modelled end time of every stream. One worker, the whole link: the same scheduler
-semantics as :mod:`simulate.kernel` for a single worker (SPEC §3).
+semantics as :mod:`simulate.kernel` for a single worker (docs/model.md §3; docs/calibration.md §8.2).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _check(arrival_s, size_bytes, rate_Bps):
 def replay_http2(arrival_s, size_bytes, rate_Bps: float, win_bytes: float) -> np.ndarray:
     """ICPE's HTTP/2 model: FIFO of streams; a stream's first service sends at most WIN bytes
     and, if bytes remain, puts it at the back of the queue as that chunk is taken; its second
-    service sends the rest (ICPE Fig. 12, SPEC §3)."""
+    service sends the rest (ICPE Fig. 12, docs/model.md §3.2)."""
     arrival, size = _check(arrival_s, size_bytes, rate_Bps)
     order = np.argsort(arrival, kind="stable")
     end = np.full(size.shape, np.nan)
@@ -66,7 +66,7 @@ def replay_fifo(arrival_s, size_bytes, rate_Bps: float) -> np.ndarray:
 
 
 def relative_errors(modelled_end_s, actual_end_s, step_start_s: float) -> np.ndarray:
-    """|modelled − actual| / (actual − step start), per stream (FIELD-NOTES' definition)."""
+    """|modelled − actual| / (actual − step start), per stream (docs/calibration.md §8.1)."""
     modelled = np.asarray(modelled_end_s, dtype=float)
     actual = np.asarray(actual_end_s, dtype=float)
     span = actual - step_start_s
@@ -85,7 +85,7 @@ def error_summary(errors) -> dict:
 
 
 def replay_grpc(ready_s, size_bytes, rate_Bps: float, flow, time_offset_s: float = 0.0) -> np.ndarray:
-    """Today's gRPC (SPEC §3 ``grpc``), with the semantics of :mod:`simulate.kernel`'s ``grpc``
+    """Today's gRPC (docs/model.md §3.4), with the semantics of :mod:`simulate.kernel`'s ``grpc``
     links: whole streams in send-ready order; each chunk is as much of the head stream as
     its stream window and the connection window allow; a chunk's bytes come back to both
     windows ``flow.update_delay_s`` after it ends. A stream out of its own window pauses and

@@ -3,7 +3,7 @@
 # Needs TensorFlow (`make data` installs it). Takes about 10 minutes on a 2-core machine.
 #
 # Every run uses one inter-op thread, so that each task runs one op at a time: the model
-# of SPEC §3 (one chunk per worker and resource) then describes the real execution.
+# of docs/model.md §2.4 (one chunk per worker and resource) then describes the real execution.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TFSIM=${TFSIM:-.venv/bin/tfsim}

@@ -1,4 +1,4 @@
-"""Coarse-grained analytical throughput models: the baselines of SPEC §5.
+"""Coarse-grained analytical throughput models: the baselines of docs/model.md §9.
 
 Every model here sees an SGD step as a few sequential phases with mean durations,
 and predicts throughput in examples/s summed over workers:

@@ -54,7 +54,7 @@ class Overhead:
 
 @dataclasses.dataclass(frozen=True)
 class FlowControl:
-    """HTTP/2 flow control of one direction, as today's gRPC runs it (SPEC §3 ``grpc``).
+    """HTTP/2 flow control of one direction, as today's gRPC runs it (docs/model.md §3.4).
 
     Attributes:
         window_timeline: ``(time_s, window_bytes)`` pairs, times ascending from the start of
@@ -101,7 +101,7 @@ class FlowControl:
 class OverheadPlacement(enum.Enum):
     """Where the parsing overhead of a received tensor runs.
 
-    ``COMPUTE`` (ICPE §3.4, SPEC §2): a computation op on the receiver's compute resource, in
+    ``COMPUTE`` (ICPE §3.4, docs/model.md §2.1): a computation op on the receiver's compute resource, in
     line with its other ops. ``LANE``: on a parse lane of its own per receiving task (one
     parse at a time, beside the computation), as TF 2.x deserialises received tensors on
     gRPC's threads rather than the executor's. ``DELAY``: a pure latency between the
@@ -151,7 +151,7 @@ class ClusterModel:
 
     @classmethod
     def from_bandwidth(cls, bandwidth_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
-        """An uncalibrated cluster: α = β = 0 and an unlimited window (SPEC: warn the user)."""
+        """An uncalibrated cluster: α = β = 0 and an unlimited window (docs/model.md §5.7: tfsim warns that the cluster is uncalibrated)."""
         return cls(bandwidth_Bps, bandwidth_Bps if uplink_Bps is None else uplink_Bps,
                    calibrated=False, source="bandwidth only")
 

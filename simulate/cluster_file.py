@@ -1,4 +1,4 @@
-"""``CLUSTER.json``: a calibrated cluster, format ``tfsim.cluster/1`` (SPEC §7).
+"""``CLUSTER.json``: a calibrated cluster, format ``tfsim.cluster/1`` (docs/formats.md §4).
 
 Required keys: ``format``, ``bandwidth_Bps`` (``downlink``, ``uplink``: bytes/s),
 ``win_bytes`` (HTTP/2 window of ICPE's model; ``null`` for unlimited),

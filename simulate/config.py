@@ -1,4 +1,4 @@
-"""What one simulation run is asked to do: validated, immutable settings (SPEC §3)."""
+"""What one simulation run is asked to do: validated, immutable settings (docs/model.md §2)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Mode(enum.Enum):
 
 
 class Sharing(enum.Enum):
-    """How the workers active on one link share its bandwidth (SPEC §3)."""
+    """How the workers active on one link share its bandwidth (docs/model.md §4.1-4.2)."""
 
     PS = "ps"              # processor sharing: 1/n of B each
     FCFS = "fcfs"          # the first active worker gets all of B
@@ -30,7 +30,7 @@ class Sharing(enum.Enum):
 
 
 class Transfer(enum.Enum):
-    """How one worker's streams on one link are served (ICPE §3.2.2, §3.3; SPEC §3)."""
+    """How one worker's streams on one link are served (ICPE §3.2.2, §3.3; docs/model.md §3)."""
 
     HTTP2 = "http2"        # ICPE's model of gRPC's HTTP/2 multiplexing: at most one preemption per stream
     FIFO = "fifo"          # flow control off: whole streams in the order they became ready
@@ -49,7 +49,7 @@ def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
 
 @dataclasses.dataclass(frozen=True)
 class Colocation:
-    """Tasks that share a host's cores (SPEC §3): computation there is processor-shared.
+    """Tasks that share a host's cores (docs/model.md §4.3): computation there is processor-shared.
 
     ``worker_host[w]`` and ``server_host[m]`` name each task's host; ``cores[h]`` is host h's
     core count. Each busy computation op on host h runs at ``min(1, cores[h] / n_h)`` with

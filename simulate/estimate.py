@@ -9,7 +9,7 @@ Choices, where the papers leave them open:
 
 - **Per-step sums, then the mean over profiled steps.** A phase's duration in a step
   is the sum of its ops' recorded durations in that step: computation ops run one at
-  a time on their resource, as in the fine-grained simulator (SPEC §3), so the sum is
+  a time on their resource, as in the fine-grained simulator (docs/model.md §2.4), so the sum is
   the time the resource is busy. MVA needs mean service times, hence the mean.
 - **Forward vs backward** (S_F, S_B of TPDS §2.1.1; T_F, T_B of Eqs. 7-11): a WORKER op
   is backward if a component of its name, split at ``/``, is ``gradients`` or
@@ -24,7 +24,7 @@ Choices, where the papers leave them open:
 - **Transfers**: S_D = M_down/B_down and S_U = M_up/B_up (TPDS §2.1.2), with M the
   bytes the profile's DOWNLINK and UPLINK transfers carry in a step (the model and
   the gradients; they differ slightly, e.g. by a learning-rate scalar), B per direction.
-- **Parsing overhead** (ICPE §3.2.1; SPEC §2): receiving a tensor costs ``α·size + β``
+- **Parsing overhead** (ICPE §3.2.1; docs/model.md §2.1, §9.1): receiving a tensor costs ``α·size + β``
   of the receiver's computation. The papers' coarse models have no such term; here
   downlink parsing is added to the forward time (the worker parses parameters before
   its forward pass uses them) and uplink parsing to the update time at the PS. With
@@ -212,7 +212,7 @@ def pai_from_parameters(params: CoarseParameters, *, input_bytes: float = 0.0,
 def baseline_predictions(params: CoarseParameters, workers: int, *,
                          rho_threshold: float = analytic.DEFAULT_RHO_THRESHOLD,
                          ) -> tuple[analytic.Prediction | analytic.AsyncPrediction, ...]:
-    """Every coarse baseline of SPEC §5 for ``workers`` workers, from one set of parameters.
+    """Every coarse baseline of docs/model.md §9 for ``workers`` workers, from one set of parameters.
 
     Returns, in this order: ``lin-async``, ``lin-async-overlap`` (asynchronous SGD);
     ``cynthia``, ``cynthia-halved``; ``sync-ps``, ``sync-fcfs``, ``sync-hybrid``,

@@ -1,4 +1,4 @@
-"""Turn a profile and a cluster into the graph the engine replays (ICPE §3.4, §5; SPEC §2-3).
+"""Turn a profile and a cluster into the graph the engine replays (ICPE §3.4, §5; docs/model.md §2.1-2.2).
 
 Preparation is where the model's assumptions become data:
 

@@ -1,5 +1,5 @@
 """What a simulated run means: throughput with its confidence interval, step times,
-link utilisation (ICPE §4.1, SPEC §3 "Throughput")."""
+link utilisation (ICPE §4.1, docs/model.md §5)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def completion_times(run: SimRun) -> np.ndarray:
 
 
 def throughput_eps(run: SimRun) -> float:
-    """SPEC §3: Σ_w batch · (N − warmup) / (t_w(N) − t_w(warmup)), in examples/s."""
+    """docs/model.md §5.1: Σ_w batch · (N − warmup) / (t_w(N) − t_w(warmup)), in examples/s."""
     t = completion_times(run)
     n, warmup = run.config.steps, run.config.warmup
     return float(np.sum(run.graph.batch_size * (n - warmup) / (t[:, n] - t[:, warmup])))
@@ -111,7 +111,7 @@ def summarise(run: SimRun) -> RunSummary:
 
 
 def saturation_point(workers: np.ndarray, throughput: np.ndarray, within: float = 0.05) -> int:
-    """The smallest W whose throughput is within ``within`` of the sweep's maximum (SPEC §3)."""
+    """The smallest W whose throughput is within ``within`` of the sweep's maximum (docs/model.md §5.5)."""
     workers = np.asarray(workers)
     throughput = np.asarray(throughput, dtype=float)
     if workers.size == 0:

@@ -1,6 +1,6 @@
 """A literal, slow transcription of ICPE Alg. 3.1 / TPDS Alg. 1, kept as the oracle.
 
-It follows the pseudo-code line by line, with SPEC §3's precise semantics where the
+It follows the pseudo-code line by line, with the precise semantics of docs/model.md §2.5 where the
 pseudo-code is ambiguous, and nothing clever: every iteration recomputes every chunk's
 share, takes the chunk with the smallest ``remaining / rate`` (ties by worker, then
 resource), and advances every other chunk by that time. It shares no code with the
@@ -24,7 +24,7 @@ from tfprofile.dag import Resource
 @dataclass
 class Chunk:
     worker: int
-    resource: tuple  # (order, name, server) so that sorting tuples gives SPEC's tie order
+    resource: tuple  # (order, name, server) so that sorting tuples gives the tie order of docs/model.md §2.4
     op: int
     remaining: object
     is_last: bool
@@ -77,7 +77,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     returns = []     # (time, w, link, bytes, op or -1), in creation order
 
     def window(order):
-        """SPEC §3 grpc: the window of the direction's calibrated timeline in force now."""
+        """docs/model.md §3.4: the window of the direction's calibrated timeline in force now."""
         value = flows[order].window_at(now)
         return numeric(value) if value != math.inf else math.inf
 
@@ -102,7 +102,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         return numeric(float(graph.work[samples[w][step[w]], op]))
 
     def share(chunk):
-        """Fraction of the resource this chunk gets (TPDS Alg. 1 SHARE, SPEC §3)."""
+        """Fraction of the resource this chunk gets (TPDS Alg. 1 SHARE, docs/model.md §4.1-4.3)."""
         order, m = chunk.resource
         if order in (0, 2):
             if sharing is None:
@@ -144,7 +144,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         return s
 
     def using(w, r):
-        """SPEC: scheduler[w, r] 'not empty' = a chunk in service or ops queued."""
+        """docs/model.md §2.5: scheduler[w, r] 'not empty' = a chunk in service or ops queued."""
         return bool(scheduler[(w, r)]) or any(x.worker == w and x.resource == r for x in Q)
 
     def remove_chunk(w, r):

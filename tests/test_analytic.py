@@ -1,4 +1,4 @@
-"""The coarse analytical baselines (SPEC §5) and their parameters from a profile.
+"""The coarse analytical baselines (docs/model.md §9) and their parameters from a profile.
 
 Formulas against numbers worked out by hand; exact MVA against a brute-force solution
 of the same closed network as a continuous-time Markov chain; the forward/backward

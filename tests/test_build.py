@@ -1,4 +1,4 @@
-"""The DAG builder on hand-made partition graphs: the rules of SPEC §2, one at a time."""
+"""The DAG builder on hand-made partition graphs: the rules of docs/model.md §1.3, one at a time."""
 
 import warnings
 

@@ -1,6 +1,6 @@
 """The compiled engine against the literal Alg. 3.1 reference, and the model's properties.
 
-SPEC §3 ("Checking the engine against a reference"): with several workers under ps
+docs/model.md §7.1-7.2: with several workers under ps
 sharing the trajectory is chaotic, so exact agreement (1e-9) is required on short runs for
 every configuration, on long runs where the dynamics are not chaotic (one worker, sync,
 fcfs), and against exact rational arithmetic on small cases.
@@ -26,7 +26,7 @@ from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_ed
 # binary fractions: two workers that reach the same instant along different paths (the same
 # terms added in another order) tie exactly in float as in Fraction. With decimal constants
 # such a tie is a near-tie, which either implementation may break either way, and then the
-# runs diverge (SPEC §3) for reasons that say nothing about either implementation.
+# runs diverge (docs/model.md §7.2) for reasons that say nothing about either implementation.
 CLUSTER = ClusterModel(2.0 ** 27, 2.0 ** 26, win_bytes=300_000, overhead_downlink=Overhead(2.0 ** -29, 2.0 ** -13),
                        overhead_uplink=Overhead(2.0 ** -30, 2.0 ** -14),
                        # grpc: windows smaller than many streams, raised once, so that streams pause,
@@ -78,7 +78,7 @@ def engine_vs_reference(profile, config, cluster=CLUSTER, servers=None, prioriti
     """Largest relative difference of step end times between the engine and the reference.
 
     Two float implementations may order a near-tie (two times equal in exact arithmetic,
-    reached by different float operations) differently, and then diverge (SPEC §3). Where
+    reached by different float operations) differently, and then diverge (docs/model.md §7.2). Where
     they disagree, the exact rational-arithmetic reference decides: the engine must match it.
     """
     graph = prepare(profile, cluster, workers=config.workers, mode=config.mode, servers=servers,
@@ -130,7 +130,7 @@ def test_engine_matches_reference_on_bundled_profiles(bundled_profile, name, tra
     profile = bundled_profile(name)
     priorities = np.random.default_rng(3).permutation(profile.graph.n_ops).astype(float)
     # grpc's window returns multiply the events, and with them the near-ties that make a
-    # chaotic run diverge between two float implementations (SPEC §3): fewer steps.
+    # chaotic run diverge between two float implementations (docs/model.md §7.2): fewer steps.
     steps = 4 if name == "resnet50" or transfer is Transfer.GRPC else 8
     config = SimConfig(workers=3, transfer=transfer, steps=steps, warmup=1)
     assert engine_vs_reference(profile, config, priorities=priorities, exact_arbiter=False) < 1e-9

@@ -1,4 +1,4 @@
-"""The ``grpc`` transfer model (SPEC §3): window pauses in the engine, in the calibration's
+"""The ``grpc`` transfer model (docs/model.md §3.4): window pauses in the engine, in the calibration's
 replay, and in CLUSTER.json."""
 
 import json

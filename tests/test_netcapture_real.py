@@ -133,7 +133,7 @@ def test_capture_and_trace_of_different_runs_do_not_match():
 
 
 def test_default_windows_of_tensorflow_grpc():
-    """FIELD-NOTES: both peers announce 4 MiB windows and frames, then open the connection window."""
+    """docs/calibration.md §2.3-2.4: both peers announce 4 MiB windows and frames, then open the connection window."""
     capture = capture_of("tiny_lo")
     assert len(capture.connections) == 2  # one per PS/worker pair and direction of RPCs
     for timeline in capture.flow_control:

@@ -1,4 +1,4 @@
-"""Build a :class:`~tfprofile.dag.Profile` from traced steps (SPEC §2).
+"""Build a :class:`~tfprofile.dag.Profile` from traced steps (docs/model.md §1.3).
 
 The input is neutral: partition graphs as :class:`GraphNode` lists and per-step
 :class:`StepRecords`, which both the RunMetadata reader and the Chrome-trace reader

@@ -19,7 +19,7 @@ import numpy as np
 
 
 class Resource(enum.IntEnum):
-    """The one resource each op uses (ICPE §2). The numbering is the tie-break order of SPEC §3."""
+    """The one resource each op uses (ICPE §2). The numbering is the tie-break order of docs/model.md §2.4."""
 
     DOWNLINK = 0  # PS -> worker transfer
     WORKER = 1    # computation at the worker

@@ -1,4 +1,4 @@
-"""Read a run directory written by ``tfsim collect`` (SPEC §7) into a profile.
+"""Read a run directory written by ``tfsim collect`` (docs/formats.md §2) into a profile.
 
 A run directory holds ``run.json`` (configuration, versions, ``status: complete``),
 ``variables.json``, ``step_times.csv`` (every step of every worker) and ``trace/``

@@ -35,7 +35,7 @@ def critical_path_s(profile: Profile, durations: np.ndarray) -> float:
 
 
 def summarize(profile: Profile) -> dict:
-    """SPEC §7 summary keys (``steps``, ``ops``, ``ops_by_resource``, ``bytes_downlink``,
+    """docs/formats.md §3.1 summary keys (``steps``, ``ops``, ``ops_by_resource``, ``bytes_downlink``,
     ``bytes_uplink``, ``step_time_s``) plus provenance and per-resource busy time.
 
     ``step_time_s`` summarises the measured wall times of the run's steps when the

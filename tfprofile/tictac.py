@@ -2,7 +2,7 @@
 
 After Hashemi, Jyothi and Campbell, "TicTac: Accelerating Distributed Deep Learning with
 Communication Scheduling", SysML 2019 (§3-5, Algorithms 1-3, Eqs. 1-6), with the details of
-SPEC §4 and of TicTac's public implementation.
+docs/model.md §8 and of TicTac's public implementation.
 
 Terms used throughout:
 
@@ -429,7 +429,7 @@ def resource_classes(graph: OpGraph) -> tuple[np.ndarray, tuple[str, ...]]:
 
     A worker step uses WORKER (the worker's computation, one resource) and, for each parameter
     server s, DOWNLINK/ps<s>, UPLINK/ps<s> and PS/ps<s>: each server's links and computation are
-    separate resources, as in tfsim's simulation (SPEC §3). Resources no op uses get no id.
+    separate resources, as in tfsim's simulation (docs/model.md §2.4). Resources no op uses get no id.
     """
     resource = graph.resource.astype(np.int64)
     server = np.maximum(graph.server.astype(np.int64), 0)

@@ -1,7 +1,7 @@
 """Packet capture and bandwidth measurement around a profiling run (``collect --capture``).
 
 - :class:`Tcpdump` captures the job's gRPC traffic with a large kernel buffer and full
-  snaplen (FIELD-NOTES: the default buffer dropped 1,605 packets), and reports the kernel's
+  snaplen (docs/calibration.md §2.8: the default buffer dropped 1,605 packets), and reports the kernel's
   drop count when it stops;
 - :func:`measure_bandwidth` runs ``iperf3 -J`` from the worker's host to the PS's host in both
   directions, a few times each, and keeps every raw result.

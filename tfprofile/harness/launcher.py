@@ -2,7 +2,7 @@
 
 :func:`collect` starts every PS and worker task as a separate process
 (``python -m tfprofile.harness.task``), shows a progress bar while the chief worker
-steps, and leaves a complete run directory (SPEC §7) or none at all:
+steps, and leaves a complete run directory (docs/formats.md §2) or none at all:
 
 - ports are chosen free on loopback;
 - every task runs in its own process group and dies with the launcher (``PR_SET_PDEATHSIG``);

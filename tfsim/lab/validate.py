@@ -5,7 +5,7 @@ emulated cluster on this machine (:mod:`tfsim.lab.netns`):
 
 1. profile the job with 1 PS (or M) and 1 worker, with iperf3 and a capture;
 2. calibrate (``tfsim calibrate``) and build the profile (``tfsim profile``);
-3. predict W = 1..K, with every task on this machine's cores (the co-location model of SPEC §3,
+3. predict W = 1..K, with every task on this machine's cores (the co-location model of docs/model.md §4.3,
    since PS and workers share them), with the ``grpc`` (today's gRPC, the default for TF 2.x),
    ``http2`` (ICPE's model) and ``fifo`` transfer models, and the coarse baselines;
    The ``grpc`` prediction is also given with every worker starting at once (lock step):
