@@ -151,7 +151,8 @@ class ClusterModel:
 
     @classmethod
     def from_bandwidth(cls, bandwidth_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
-        """An uncalibrated cluster: α = β = 0 and an unlimited window (docs/model.md §5.7: tfsim warns that the cluster is uncalibrated)."""
+        """An uncalibrated cluster: α = β = 0 and an unlimited window (docs/model.md §5.7; callers warn that the
+        cluster is uncalibrated)."""
         return cls(bandwidth_Bps, bandwidth_Bps if uplink_Bps is None else uplink_Bps,
                    calibrated=False, source="bandwidth only")
 

@@ -248,7 +248,8 @@ def predict(
         workers: counts to simulate: an int, an iterable, or a string like ``"1-16"``.
         servers: PS counts to re-partition the variables over (ICPE §5); ``None`` keeps the
             profile's placement.
-        mode, sharing, transfer: docs/model.md models (mode §2.6, sharing §4, transfer §3), by name or enum; ``sharing`` and ``transfer``
+        mode, sharing, transfer: the models of docs/model.md (mode §2.6, sharing §4, transfer §3), by name
+            or enum; ``sharing`` and ``transfer``
             may be lists. A transfer name that is a key of ``priorities`` uses the priority
             scheduler with that order (e.g. ``{"tic": {...}, "tac": {...}}``).
         bandwidth_Bps: rescale both directions to this bandwidth (a what-if on a calibrated

@@ -155,7 +155,8 @@ def test_cluster_file_errors(tmp_path):
 
 @pytest.mark.parametrize("name", SHAPED)
 def test_one_worker_reproduces_the_calibration_runs_step_time(calibrations, data_dir, name):
-    """docs/model.md §7.3 (one worker reproduces its own calibration run), on every bundled calibrated run: with its own calibration,
+    """docs/model.md §7.3 (one worker reproduces its own calibration run), on every bundled calibrated run:
+    with its own calibration,
     the model of one worker takes the traced step time to within 3%."""
     import warnings
 
