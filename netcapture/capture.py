@@ -31,6 +31,8 @@ import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
+from netcapture import scapy_backend, tshark_backend
+from netcapture.backend import BackendResult
 from netcapture.errors import CaptureWarning, NoHttp2Error, TruncatedCapture
 from netcapture.http2 import Http2Frame
 from netcapture.streams import (
@@ -42,26 +44,9 @@ from netcapture.streams import (
     summarise_connections,
 )
 from netcapture.tcp import TcpDirectionStats, TcpGap
+from tfbase.errors import UsageError
 
 BACKENDS = ("scapy", "tshark")
-
-
-@dataclasses.dataclass(frozen=True)
-class BackendResult:
-    """What a backend hands over: the frames, and what it noticed on the way."""
-
-    path: Path
-    backend: str
-    packets: int
-    file_format: str
-    truncated: bool
-    kernel_drops: int | None
-    frames: tuple[Http2Frame, ...]
-    tcp: tuple[TcpDirectionStats, ...] = ()
-    gaps: tuple[TcpGap, ...] = ()
-    warnings: tuple[str, ...] = ()
-    other_tcp_connections: int = 0
-    non_tcp_packets: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,17 +105,11 @@ def read_capture(path: str | os.PathLike, backend: str = "scapy", *, server_port
     empty capture). Warnings are issued as :class:`CaptureWarning` and kept in
     ``Capture.warnings``.
     """
-    from tfbase.errors import UsageError
-
     path = Path(path)
     ports = None if server_ports is None else frozenset(int(p) for p in server_ports)
     if backend == "scapy":
-        from netcapture import scapy_backend
-
         result = scapy_backend.decode(path, ports, strict=strict)
     elif backend == "tshark":
-        from netcapture import tshark_backend
-
         result = tshark_backend.decode(path, ports, strict=strict)
     else:
         raise UsageError("backend", f"must be one of {', '.join(BACKENDS)}, not {backend!r}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from netcapture.capture import BackendResult
+from netcapture.backend import BackendResult
 from netcapture.errors import MalformedFrame, TruncatedCapture
 from netcapture.grpc import GrpcDeframer, describe_message, keep_bytes_for
 from netcapture.http2 import (

@@ -39,7 +39,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from netcapture.capture import BackendResult
+from netcapture.backend import BackendResult
 from netcapture.errors import MalformedCapture, SnaplenError, TruncatedCapture, TsharkError
 from netcapture.grpc import RECV_TENSOR_PATH, GrpcMessage
 from netcapture.http2 import (
