@@ -362,7 +362,41 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
 
 
 def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
-    """Fit B, WIN and α/β from a run directory made by ``tfsim collect --capture``."""
+    """Fit a cluster from a run directory made by ``tfsim collect --capture`` (docs/calibration.md).
+
+    Parameters
+    ----------
+    run_dir : path
+        A complete run directory with ``capture.pcap(.gz)``, ``iperf3/*.json`` and traces of a
+        1-PS/1-worker run.
+    backend : {"scapy", "tshark"}
+        The capture decoder (:func:`netcapture.read_capture`).
+
+    Returns
+    -------
+    Calibration
+        B per direction (and where it comes from), the HTTP/2 windows and their timeline, the
+        window-update delay, the parsing overhead α·size + β per direction with its fit, the
+        overhead placement, and each transfer model's stream end-time error;
+        :meth:`Calibration.to_cluster_json` is the ``tfsim.cluster/1`` document.
+
+    Raises
+    ------
+    tfbase.errors.InputError
+        A missing or incomplete run directory, an unreadable capture, or a capture that does
+        not match the run's traces; the error names the file.
+
+    Examples
+    --------
+    >>> from calibration import calibrate_run
+    >>> calibration = calibrate_run("data/captures/wide_1gbit")
+    >>> calibration.default_transfer, calibration.bandwidth_source
+    ('grpc', 'iperf3')
+    >>> round(calibration.bandwidth_Bps["downlink"] * 8 / 1e6)  # Mbit/s on a 1 Gbit/s tbf link
+    833
+    >>> calibration.to_cluster_json()["format"]
+    'tfsim.cluster/1'
+    """
     run_dir = Path(run_dir)
     run = open_run_dir(run_dir)
     captures = sorted(run_dir.glob("capture.pcap*"))

@@ -10,7 +10,7 @@ importing a submodule binds it as an attribute of the package, which would shado
 function of the same name.
 """
 
-import importlib
+from tfbase.lazy import lazy_attributes
 
 # public name -> the submodule that defines it
 _PUBLIC = {
@@ -34,15 +34,4 @@ _PUBLIC = {
 
 __all__ = sorted(_PUBLIC)
 
-
-def __getattr__(name: str):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simulate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # bound once: later lookups do not come here
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

@@ -224,7 +224,7 @@ def predict(
     servers: int | Iterable[int] | None = None,
     mode: str | Mode = Mode.ASYNC,
     sharing: str | Sharing | Iterable = Sharing.PS,
-    transfer: str | Transfer | Iterable = Transfer.HTTP2,
+    transfer: str | Transfer | Iterable | None = None,
     priorities: Mapping[str, Mapping[str, float] | np.ndarray] | None = None,
     bandwidth_Bps: float | None = None,
     steps: int = 1000,
@@ -239,39 +239,90 @@ def predict(
     jobs: int = 1,
     progress: bool = False,
 ):
-    """Predict throughput over a sweep; return a :class:`pandas.DataFrame`, one row per configuration.
+    """Predict throughput over a sweep of configurations, one DataFrame row per configuration.
 
-    Args:
-        profile: a 1-worker profile (:func:`tfprofile.load_profile`).
-        cluster: the calibrated cluster; ``None`` needs ``bandwidth_Bps`` and assumes no
-            parsing overhead and an unlimited window (a :class:`~tfbase.errors.TfsimWarning` says so).
-        workers: counts to simulate: an int, an iterable, or a string like ``"1-16"``.
-        servers: PS counts to re-partition the variables over (ICPE §5); ``None`` keeps the
-            profile's placement.
-        mode, sharing, transfer: the models of docs/model.md (mode §2.6, sharing §4, transfer §3), by name
-            or enum; ``sharing`` and ``transfer``
-            may be lists. A transfer name that is a key of ``priorities`` uses the priority
-            scheduler with that order (e.g. ``{"tic": {...}, "tac": {...}}``).
-        bandwidth_Bps: rescale both directions to this bandwidth (a what-if on a calibrated
-            cluster; the only network number without one).
-        steps, warmup, seed: N steps per worker, the first ``warmup`` dropped (ICPE §4.1).
-        colocation / cores: tasks sharing a host's cores; ``cores`` puts every task on one
-            host with that many cores.
-        ci_target: stop once the 95% half-width is below this fraction of the throughput,
-            doubling the steps up to ``max_steps``; the ``steps`` column reports what was used.
-        stagger: workers start spread evenly over this many profiled steps
-            (:func:`staggered_starts`; 0: all at time 0, as in the papers).
-        jobs: parallel processes.
+    Every combination of ``workers``, ``servers``, ``sharing`` and ``transfer`` is simulated
+    (docs/model.md §2-5) for ``steps`` steps per worker, of which the first ``warmup`` are
+    dropped (ICPE §4.1). Results depend on the inputs and ``seed`` only, never on ``jobs``.
 
-    Columns: see ``ROW_COLUMNS``; step times are the gaps between a worker's step completions
-    over the measured window (median, mean, p95 over all workers; the median per worker in
-    ``step_time_by_worker_s``); ``util_*`` the busiest server's link utilisation per
-    direction; ``saturated`` marks the saturation point of each curve;
-    ``efficiency_E`` is TicTac's scheduling efficiency of the simulated steps (W = 1 rows only).
+    Parameters
+    ----------
+    profile : tfprofile.Profile
+        A 1-PS/1-worker profile (:func:`tfprofile.load_profile`, :func:`tfprofile.read_profile`).
+    cluster : ClusterModel, path or None
+        The calibrated cluster, or the path of its CLUSTER.json. ``None`` needs
+        ``bandwidth_Bps`` and assumes no parsing overhead and unlimited windows (a
+        :class:`~tfbase.errors.TfsimWarning` says so).
+    workers : int, iterable of int or str
+        Worker counts: ``4``, ``[1, 2, 4]`` or ``"1-16"``, ``"1,2,4-8"``.
+    servers : int, iterable of int or None
+        Parameter-server counts to re-partition the variables over (greedy by bytes, as
+        TensorFlow's ``GreedyLoadBalancingStrategy``); ``None`` keeps the profile's placement.
+    mode : {"async", "sync", "allreduce"} or Mode
+        How the workers synchronise (docs/model.md §2.6).
+    sharing : str, Sharing or a list of them
+        Link sharing: ``"ps"``, ``"fcfs"``, ``"hybrid"``, ``"flow_cap"`` (docs/model.md §4).
+    transfer : str, Transfer, a list of them, or None
+        Link schedulers: ``"grpc"``, ``"http2"``, ``"fifo"``, or a key of ``priorities`` (the
+        priority scheduler with that order; docs/model.md §3). ``None``: the cluster's
+        ``default_transfer``.
+    priorities : mapping, optional
+        Transfer orders by name: ``{name: {transfer op name: priority}}`` (e.g. from
+        :func:`simulate.ordering_priorities`) or ``{name: array of per-op priorities}``.
+    bandwidth_Bps : float, optional
+        Rescale the links to this downlink bandwidth, bytes/s, the uplink in proportion (a
+        what-if on a calibrated cluster; the only network number without one).
+    steps, warmup, seed : int
+        Steps simulated per worker, steps dropped per worker, and the seed that samples the
+        profiled steps.
+    flow_cap_Bps : float, optional
+        The per-flow cap of ``sharing="flow_cap"``, bytes/s.
+    colocation : Colocation, optional
+        Tasks sharing hosts' cores; ``cores`` is the common case of one host.
+    cores : float, optional
+        Every task on one host with this many cores (docs/model.md §4.3).
+    ci_target : float, optional
+        Double the steps (up to ``max_steps``) until the 95% half-width is below this fraction
+        of the throughput; the ``steps`` column says what was used.
+    stagger : float
+        Workers start spread evenly over this many profiled steps (:func:`staggered_starts`;
+        0 starts them all at time 0, as the papers' algorithm does).
+    jobs : int
+        Parallel processes.
+    progress : bool
+        Show a progress bar.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per configuration, columns ``ROW_COLUMNS`` (docs/formats.md §6):
+        ``throughput_eps`` (examples/s summed over workers) and ``ci95_eps``; step times (the
+        gaps between a worker's step completions in the measured window: median, mean and
+        p95 over all workers, and each worker's median); ``util_downlink``/``util_uplink``
+        (the busiest server's link utilisation); ``efficiency_E`` (TicTac's scheduling
+        efficiency of the simulated steps, W = 1 rows only); ``saturated`` (the saturation
+        point of each curve: the smallest W within 5% of its best throughput).
+
+    Raises
+    ------
+    tfbase.errors.UsageError
+        A parameter out of range; the error names the parameter.
+
+    Examples
+    --------
+    >>> import tfprofile, simulate
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> table = simulate.predict(profile, "data/clusters/lab-1gbit.json", workers="1-2", steps=60, warmup=10)
+    >>> table[["workers", "transfer"]].values.tolist()
+    [[1, 'grpc'], [2, 'grpc']]
+    >>> bool(table["throughput_eps"].iloc[1] > table["throughput_eps"].iloc[0])
+    True
     """
     import pandas as pd
 
     cluster = resolve_cluster(cluster, bandwidth_Bps)
+    if transfer is None:
+        transfer = cluster.default_transfer
     worker_list = parse_workers(workers) if isinstance(workers, str) else [int(w) for w in _as_list(workers)]
     mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "mode")
     priorities = dict(priorities or {})

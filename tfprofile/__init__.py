@@ -12,8 +12,7 @@ Like :mod:`simulate`, the readers are bound on first use, and no public name is 
 a submodule (a submodule, once imported, would shadow it).
 """
 
-import importlib
-
+from tfbase.lazy import lazy_attributes
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable
 
 # public name -> the submodule that defines it
@@ -28,15 +27,4 @@ _PUBLIC = {
 
 __all__ = ["OpGraph", "Profile", "Resource", "VariableTable", *sorted(_PUBLIC)]
 
-
-def __getattr__(name: str):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfprofile' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # bound once: later lookups do not come here
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_attributes(__name__, _PUBLIC)

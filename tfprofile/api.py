@@ -39,9 +39,38 @@ def read_profile(
 ) -> Profile:
     """Build a profile from a run directory, or from trace files of one run.
 
-    Trace files are RunMetadata (binary or text, optionally gzip'd) or Chrome trace JSON;
-    all must be of one kind. Outside a run directory ``batch_size`` is required, and
-    ``variables`` (a ``variables.json``) supplies the variable table.
+    Parameters
+    ----------
+    inputs : path or sequence of paths
+        A run directory written by ``tfsim collect``, or trace files of one run: RunMetadata
+        (binary or text protobuf, optionally gzip'd) or Chrome trace JSON, all of one kind.
+    batch_size : int, optional
+        Examples per step and worker; required for trace files outside a run directory.
+    variables : path, optional
+        A ``variables.json`` giving the variable table, for trace files outside a run directory.
+
+    Returns
+    -------
+    Profile
+        The op DAG once (ops in topological order, CSR edges) and every traced step's
+        timings (docs/model.md §1).
+
+    Raises
+    ------
+    tfbase.errors.InputError
+        A missing, incomplete or unreadable input (a subclass says which: ``RunDirError``,
+        ``TraceFormatError``, ``GraphError``), naming the file.
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> profile = tfprofile.read_profile("data/runs/tiny")
+    >>> profile.graph.n_ops, profile.n_steps, profile.batch_size
+    (93, 30, 32)
+    >>> step = tfprofile.read_profile(["data/raw/tiny_step.pb"], batch_size=32,
+    ...                               variables="data/raw/tiny_variables.json")
+    >>> step.n_steps
+    1
     """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]

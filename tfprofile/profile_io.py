@@ -54,7 +54,19 @@ _VAR_FIELDS = {"var_name": "name", "var_size_bytes": "size_bytes", "var_server":
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
-    """Write ``profile`` to ``path`` (atomically; equal profiles give equal bytes)."""
+    """Write ``profile`` to ``path`` as a ``tfsim.profile/1`` archive (docs/formats.md §3).
+
+    The file is written atomically, and equal profiles give equal bytes.
+
+    Examples
+    --------
+    >>> import tempfile, os, tfprofile
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> path = os.path.join(tempfile.mkdtemp(), "copy.npz")
+    >>> tfprofile.save_profile(profile, path)
+    >>> open(path, "rb").read() == open("data/profiles/tiny.npz", "rb").read()
+    True
+    """
     arrays = {
         "format": np.array(PROFILE_FORMAT),
         "meta_json": np.array(json.dumps(profile.meta, sort_keys=True)),
@@ -71,7 +83,20 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> None:
 
 
 def load_profile(path: str | os.PathLike) -> Profile:
-    """Read a profile file; raise :class:`~tfbase.errors.ProfileFormatError` if it is not one."""
+    """Read a ``tfsim.profile/1`` file (docs/formats.md §3); nothing is unpickled.
+
+    Raises
+    ------
+    tfbase.errors.ProfileFormatError
+        The file is missing, not a tfsim profile, of another format version, or inconsistent.
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> profile.graph.n_ops, profile.duration_s.shape
+    (93, (30, 93))
+    """
     path = Path(path)
     try:
         with np.load(path, allow_pickle=False) as archive:

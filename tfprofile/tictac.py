@@ -301,12 +301,33 @@ def _require_recvs(recv: np.ndarray) -> None:
 
 
 def tic(graph: OpGraph, deps: CommDependencies | None = None) -> Ordering:
-    """Timing-Independent Communication scheduling (TicTac Alg. 2).
+    """Timing-Independent Communication scheduling (TicTac Alg. 2; docs/model.md §8.3).
 
     Properties (Alg. 1) are computed once with every recv outstanding and the general oracle of
     Eq. 5 (recv 1, everything else 0), so a recv's M+ is the fewest recvs any multi-recv op
     needs together with it. Priority = M+ (Alg. 2 line 4), as ranks: recvs with equal M+ share
     the lower rank, a recv no multi-recv op needs (M+ = +inf) comes last. Depends on the DAG only.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        The profile's DAG.
+    deps : CommDependencies, optional
+        :func:`comm_dependencies` of ``graph``, when already computed.
+
+    Returns
+    -------
+    Ordering
+        The recvs (DOWNLINK transfers) and their priority numbers, per parameter server.
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> from tfprofile import tictac
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> order = tictac.tic(profile.graph)
+    >>> len(order), order.priority[:6].tolist()
+    (10, [9, 0, 0, 2, 3, 3])
     """
     deps = comm_dependencies(graph) if deps is None else deps
     _require_recvs(deps.recv)
@@ -371,6 +392,32 @@ def tac(graph: OpGraph, time: np.ndarray, deps: CommDependencies | None = None) 
     Non-recv ops with the same ``dep`` always have the same ``dep ∩ R``, so they are merged into
     one row whose weight is their total time, and rows whose ``dep ∩ R`` has emptied are dropped:
     each step then costs O(rows x outstanding recvs) vectorised work.
+
+    The comparator is not transitive (docs/model.md §8.4), so the result can depend on the
+    tie rule: among recvs that no other recv strictly precedes the lowest index goes first.
+
+    Parameters
+    ----------
+    graph : OpGraph
+        The profile's DAG.
+    time : numpy.ndarray
+        The time oracle, seconds per op (:func:`time_oracle`).
+    deps : CommDependencies, optional
+        :func:`comm_dependencies` of ``graph``, when already computed.
+
+    Returns
+    -------
+    Ordering
+        The recvs and their priority numbers (the order they were removed in, per server).
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> from tfprofile import tictac
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> order = tictac.tac(profile.graph, tictac.time_oracle(profile))
+    >>> order.priority[:8].tolist()
+    [0, 2, 3, 1, 4, 5, 6, 7]
     """
     time = _check_time(graph, time)
     deps = comm_dependencies(graph) if deps is None else deps
