@@ -2,10 +2,12 @@
 
 Layout: one process per node, one lane (thread) per resource.
 
-- ``worker w``: lanes ``WORKER`` (computation, parsing of received tensors included) and one
-  ``DOWNLINK``/``UPLINK`` lane per server (the worker's streams on that link);
-- ``ps m``: one lane per worker, ``updates from worker w`` (the PS computation of that
-  worker's steps).
+- ``worker w``: lanes ``WORKER`` (computation, and the parsing of received tensors when it
+  runs there), ``PARSE`` (parsing on a lane of its own, with the ``lane`` overhead placement)
+  and one ``DOWNLINK``/``UPLINK`` lane per server (the worker's streams on that link);
+- ``ps m``: two lanes per worker, ``updates from worker w`` (the PS computation of that
+  worker's steps) and ``parsing from worker w`` (its gradients' parsing, with the ``lane``
+  placement).
 
 Every chunk is a complete event (``ph: X``) named after its op, with the step and the
 op's kind in ``args``; an HTTP/2 stream cut in two shows as two events. Dependencies whose

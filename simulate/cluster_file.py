@@ -1,14 +1,14 @@
-"""``CLUSTER.json``: a calibrated cluster, format ``tfsim.cluster/1`` (docs/formats.md §4).
+"""``CLUSTER.json``: a calibrated cluster, format ``tfsim.cluster/1`` (every key: docs/formats.md §4).
 
-Required keys: ``format``, ``bandwidth_Bps`` (``downlink``, ``uplink``: bytes/s),
-``win_bytes`` (HTTP/2 window of ICPE's model; ``null`` for unlimited),
-``alpha_s_per_byte`` and ``beta_s`` (parsing overhead). Optional: ``overhead`` with
-``downlink``/``uplink`` objects holding their own ``alpha_s_per_byte``/``beta_s`` where the
-two directions differ; ``overhead_placement`` (``compute``, ICPE's, or ``lane``);
-``flow_control`` (per direction: ``window_timeline`` as ``{t_s, window_bytes}`` points and
-``update_delay_s``, for the ``grpc`` transfer model); ``default_transfer`` (``grpc`` or
-``http2``); ``http2_model_error`` and
-``transfer_model_error`` (written by ``tfsim calibrate``); ``provenance``.
+The reader (:func:`load_cluster`, :func:`cluster_from_dict`) and the writer (:func:`save_cluster`,
+which checks a document by reading it back) live here, beside :class:`~simulate.cluster.ClusterModel`,
+so that predicting needs nothing of the calibration. What the model uses: ``bandwidth_Bps``
+(``downlink``, ``uplink``: bytes/s), ``win_bytes`` (the window of ICPE's ``http2`` model;
+``null`` or absent: unlimited), ``alpha_s_per_byte`` and ``beta_s`` (parsing overhead, with
+per-direction values under ``overhead``), ``overhead_placement`` (``compute``, ``lane`` or
+``delay``), ``flow_control`` (per direction: ``window_timeline`` and ``update_delay_s`` of the
+``grpc`` model) and ``default_transfer`` (``grpc``, ``http2`` or ``fifo``). Everything else
+``tfsim calibrate`` writes records how the numbers were found.
 """
 
 from __future__ import annotations
