@@ -40,7 +40,8 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
 - **Model check** (ICPE Table 1): each traced step's streams of each direction are replayed
   through the ``http2`` and ``fifo`` models (arrivals at the captured request times, as
   ICPE) and the ``grpc`` model (arrivals at the send-ready times, windows and update delay
-  as calibrated), sizes from the trace (equal to the captured messages), B and WIN as fitted; the relative error of every stream's end time is
+  as calibrated), sizes from the trace (equal to the captured messages), B and WIN as fitted;
+  the relative error of every stream's end time is
   ``|modelled − captured| / (captured − t0)`` with t0 the step's first request in that
   direction, over streams of at least ``min_stream_bytes`` (100 KB: a stream that ends a few
   ms after the step starts would make the relative error explode, docs/calibration.md §8.1).
