@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test test-fast system-deps data clean
+.PHONY: demo test test-fast lint system-deps data clean
 
 $(BIN)/activate:
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,12 @@ system-deps:
 demo: $(VENV)/.core-installed
 	$(BIN)/tfsim demo
 
-test: $(VENV)/.tf-installed system-deps
+test: $(VENV)/.tf-installed system-deps lint
 	$(BIN)/python -m pytest
+
+# Static checks (configuration in pyproject.toml): part of make test, and so of CI.
+lint: $(VENV)/.core-installed
+	$(BIN)/ruff check .
 
 # The suite without the tests that start TensorFlow processes.
 test-fast: $(VENV)/.core-installed

@@ -12,6 +12,8 @@ import json
 import math
 import os
 
+from simulate.orderings import order_gains
+
 PREDICTION_FORMAT = "tfsim.prediction/1"
 
 
@@ -104,8 +106,6 @@ SUMMARY_REFERENCE = "http2"
 def ordering_summary(frame):
     """Per transfer policy: E at W = 1, throughput at the smallest and largest W, and the gain
     over ``http2`` (best, where, and mean), as prediction.json and ``tfsim predict`` state them."""
-    from simulate.orderings import order_gains
-
     gains = order_gains(frame, SUMMARY_REFERENCE).rename(columns=_SUMMARY_NAMES)
     return gains[[c for c in ("policy", "efficiency_E", "throughput_W1_eps", "throughput_Wmax_eps",
                               "best_gain_over_http2", "at_workers", "mean_gain_over_http2") if c in gains]]

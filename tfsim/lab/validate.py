@@ -20,6 +20,7 @@ few cores; the model needs one op at a time per task).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import math
 import os
@@ -29,7 +30,21 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from calibration.calibrate import calibrate_run
+from calibration.plots import overhead_figure, stream_timeline_figure
+from simulate.cluster_file import load_cluster, save_cluster
+from simulate.coarse import baselines
+from simulate.sweep import predict
+from simulate.untrace import fit_computation_scale, scale_computation
+from tfbase.figures import pyplot, save_figure
 from tfbase.fileio import atomic_output, write_json, write_text
+from tfbase.machine import machine_description
+from tfprofile.harness.launcher import CollectConfig
+from tfprofile.profile_io import save_profile
+from tfprofile.rundir import profile_from_run_dir
+from tfsim.lab.collect import collect_in_lab
+from tfsim.lab.measure import measured_throughput
+from tfsim.lab.netns import require_lab_tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +109,6 @@ def _say(message: str) -> None:
 
 
 def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool) -> Path:
-    from tfprofile.harness.launcher import CollectConfig
-    from tfsim.lab.collect import collect_in_lab
 
     config = CollectConfig(
         out_dir=out, model=setting.model, batch_size=setting.batch_size, image_size=setting.image_size,
@@ -111,7 +124,6 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
 
 def untraced_step_s(run_dir: Path) -> float | None:
     """Median wall time of the run's measured steps that were not traced, or None."""
-    import csv
 
     with open(run_dir / "step_times.csv", newline="") as handle:
         walls = [float(r["wall_s"]) for r in csv.DictReader(handle) if r["measured"] == "1" and r["traced"] == "0"]
@@ -121,7 +133,6 @@ def untraced_step_s(run_dir: Path) -> float | None:
 def lockstep_predictions(profile, cluster, workers, *, cores: float, steps: int) -> dict[int, float]:
     """``grpc`` throughput per W with every worker starting at once (``stagger=0``): workers that
     stay in lock step, the other end of the range from the default's staggered starts."""
-    from simulate.sweep import predict
 
     frame = predict(profile, cluster, workers=workers, transfer="grpc", cores=cores, steps=steps,
                     warmup=min(50, steps // 5), stagger=0.0, jobs=1)
@@ -131,14 +142,6 @@ def lockstep_predictions(profile, cluster, workers, *, cores: float, steps: int)
 def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
                 cores: float | None = None) -> list[dict]:
     """Profile, calibrate, predict and measure one setting; return its result rows."""
-    from calibration.calibrate import calibrate_run
-    from simulate.cluster_file import load_cluster, save_cluster
-    from simulate.coarse import baselines
-    from simulate.sweep import predict
-    from simulate.untrace import fit_computation_scale, scale_computation
-    from tfprofile.profile_io import save_profile
-    from tfprofile.rundir import profile_from_run_dir
-    from tfsim.lab.measure import measured_throughput
 
     cores = cores or float(os.cpu_count() or 1)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -148,8 +151,6 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     calibration = calibrate_run(run_dir)
     document = calibration.to_cluster_json()
     save_cluster(document, out_dir / "CLUSTER.json")
-    from calibration.plots import overhead_figure, stream_timeline_figure
-    from tfbase.figures import save_figure
 
     save_figure(overhead_figure(calibration), out_dir / "overhead.png")
     save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
@@ -201,7 +202,6 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
 
 def machine_text() -> str:
-    from tfbase.machine import machine_description
 
     m = machine_description()
     return f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}"
@@ -253,7 +253,6 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                      f"{r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} |")
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
-    from tfbase.figures import pyplot, save_figure
 
     plt = pyplot()
     for setting, group in frame.groupby("setting", sort=False):
@@ -278,7 +277,6 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
 
 
 def run_lab(preset: str, out_dir: Path, *, progress: bool = True, only: Sequence[str] = ()) -> list[dict]:
-    from tfsim.lab.netns import require_lab_tools
 
     require_lab_tools()
     settings = [s for s in PRESETS[preset] if not only or s.name in only]

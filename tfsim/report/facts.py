@@ -9,6 +9,9 @@ import json
 import math
 from pathlib import Path
 
+from tfprofile.summary import summarize
+from tfprofile.tictac import profile_efficiency
+
 DIRECTIONS = ("downlink", "uplink")
 PLOT_CAPTIONS = {
     "overhead": "Parsing overhead against tensor size, per direction, with the robust α·size + β fit "
@@ -65,9 +68,6 @@ def calibration_plots(cluster_path: Path | None, plots_dir: Path | None) -> list
 def job_facts(profile) -> dict:
     """The profiled job: ``tfsim profile --summary`` and TicTac's E and S of the profiled steps
     (``tfsim order --json``)."""
-    from tfprofile.summary import summarize
-    from tfprofile.tictac import profile_efficiency
-
     facts = summarize(profile)
     facts["tictac"] = profile_efficiency(profile).summary()
     return facts

@@ -11,7 +11,10 @@ import dataclasses
 import warnings
 
 from tfbase.errors import InputError, TfsimWarning
+from tfbase.figures import figure_bytes
 from tfbase.units import format_rate
+from tfsim.plots import throughput_figure
+from tfsim.report.gantt import gantt_figure
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -30,17 +33,12 @@ def png_uri(data: bytes) -> str:
 
 
 def _render(fig) -> str:
-    from tfbase.figures import figure_bytes
-
     return png_uri(figure_bytes(fig, "png"))
 
 
 def report_figures(report) -> dict[str, Figure]:
     """Every figure of the page, by key: ``throughput``, ``orderings``, ``gantt_one``,
     ``gantt_many`` and ``calibration_<name>`` for each calibration plot found."""
-    from tfsim.plots import throughput_figure
-    from tfsim.report.gantt import gantt_figure
-
     links = format_rate(report.cluster["bandwidth_Bps"]["downlink"])
     figures = {}
     figures["throughput"] = Figure(

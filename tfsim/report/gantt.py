@@ -14,6 +14,7 @@ import numpy as np
 
 from simulate.engine import slot_names
 from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER
+from tfbase.figures import pyplot
 from tfprofile.dag import Resource
 
 KINDS = ("compute", "transfer", "parse")
@@ -168,8 +169,6 @@ def gantt_figure(gantt: Gantt, *, title: str):
     shades alternate with the step), the network wait hatched in red on each WORKER row, and
     each worker's step ends as ticks."""
     from matplotlib.patches import Patch
-
-    from tfbase.figures import pyplot
 
     plt = pyplot()
     shown = min(gantt.workers, MAX_WORKERS_DRAWN)

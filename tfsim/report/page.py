@@ -8,6 +8,7 @@ import math
 
 from tfbase.units import format_rate
 from tfsim import __version__
+from tfsim.report.advice import order_advice
 
 STYLE = """
 :root { --ink: #1a202c; --muted: #4a5568; --line: #e2e8f0; --accent: #2b6cb0; --good: #276749; --bad: #9b2c2c; }
@@ -246,8 +247,6 @@ def _throughput_section(report, figures: dict, numbers: dict) -> str:
 
 
 def _orderings_section(report, figures: dict, numbers: dict) -> str:
-    from tfsim.report.advice import order_advice
-
     reference = esc(report.reference_policy)
     parts = ["<h2>4. What if the transfers were ordered?</h2>", figure(figures["orderings"], alt="orderings")]
     rows = []
