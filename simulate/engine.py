@@ -18,11 +18,14 @@ import numpy as np
 from tfprofile.dag import Resource
 
 from simulate.cluster import ClusterModel
+from simulate.codes import Direction, ParseLane, Scheduler, Share
 from simulate.config import Mode, Sharing, SimConfig, Transfer
 from simulate.prepare import SimGraph
 
-_SCHED = {Transfer.HTTP2: 1, Transfer.FIFO: 0, Transfer.PRIORITY: 2, Transfer.GRPC: 3}
-_SHARE = {Sharing.PS: 0, Sharing.FCFS: 1, Sharing.FLOW_CAP: 2}
+# The one place where the settings become the kernel's codes.
+SCHEDULER_OF = {Transfer.FIFO: Scheduler.FIFO, Transfer.HTTP2: Scheduler.HTTP2, Transfer.PRIORITY: Scheduler.PRIORITY,
+                Transfer.GRPC: Scheduler.GRPC}
+SHARE_OF = {Sharing.PS: Share.PS, Sharing.FCFS: Share.FCFS, Sharing.FLOW_CAP: Share.FLOW_CAP}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -45,7 +48,7 @@ class SimRun:
 
 def n_slots_for(n_servers: int, parse_lane: np.ndarray | None = None) -> int:
     """Slots per worker: the resources, the parse lanes, and one slot per delay op."""
-    delays = int((parse_lane == 2).sum()) if parse_lane is not None else 0
+    delays = int((parse_lane == ParseLane.DELAY).sum()) if parse_lane is not None else 0
     return 4 * n_servers + 2 + delays
 
 
@@ -59,12 +62,12 @@ def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int, parse_lane
     out[resource == Resource.UPLINK] = n_servers + 1 + m[resource == Resource.UPLINK]
     out[resource == Resource.PS] = 2 * n_servers + 1 + m[resource == Resource.PS]
     if parse_lane is not None and parse_lane.any():
-        lane_worker = (parse_lane == 1) & (resource == Resource.WORKER)
-        lane_ps = (parse_lane == 1) & (resource == Resource.PS)
+        lane_worker = (parse_lane == ParseLane.LANE) & (resource == Resource.WORKER)
+        lane_ps = (parse_lane == ParseLane.LANE) & (resource == Resource.PS)
         out[lane_worker] = 3 * n_servers + 1
         out[lane_ps] = 3 * n_servers + 2 + m[lane_ps]
         # A delay op has a slot of its own: it never waits for another op, and shares nothing.
-        delays = np.flatnonzero(parse_lane == 2)
+        delays = np.flatnonzero(parse_lane == ParseLane.DELAY)
         out[delays] = 4 * n_servers + 2 + np.arange(delays.size)
     return out
 
@@ -86,12 +89,12 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     slot_link[:M] = np.arange(M)
     slot_link[M + 1:2 * M + 1] = M + np.arange(M)
     slot_sched = np.zeros(n_slots, dtype=np.int64)
-    slot_sched[slot_link >= 0] = _SCHED[config.transfer]
+    slot_sched[slot_link >= 0] = SCHEDULER_OF[config.transfer]
     counts = np.bincount(op_slot, minlength=n_slots)
     slot_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
     link_capacity = np.array([cluster.downlink_Bps] * M + [cluster.uplink_Bps] * M, dtype=np.float64)
-    link_dir = np.array([0] * M + [1] * M, dtype=np.int64)
-    sharing = 3 if config.mode is Mode.ALLREDUCE else _SHARE[config.sharing]
+    link_dir = np.array([Direction.DOWNLINK] * M + [Direction.UPLINK] * M, dtype=np.int64)
+    sharing = int(Share.NONE if config.mode is Mode.ALLREDUCE else SHARE_OF[config.sharing])
     W = config.workers
     slot_host = np.full(W * n_slots, -1, dtype=np.int64)
     host_cores = np.zeros(0)
@@ -108,7 +111,7 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
                 slot_host[w * n_slots + 2 * M + 1 + m] = col.server_host[m]
                 slot_host[w * n_slots + 3 * M + 2 + m] = col.server_host[m]
         host_cores = np.array(col.cores, dtype=np.float64)
-    flows = (cluster.flow_downlink, cluster.flow_uplink)
+    flows = (cluster.flow_downlink, cluster.flow_uplink)  # in Direction order
     K = max(len(f.window_timeline) for f in flows)
     win_t = np.zeros((2, K))
     win_v = np.zeros((2, K))

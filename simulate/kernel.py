@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-SCHED_FIFO, SCHED_HTTP2, SCHED_PRIORITY, SCHED_GRPC = 0, 1, 2, 3
-SHARE_PS, SHARE_FCFS, SHARE_FLOW_CAP, SHARE_NONE = 0, 1, 2, 3
+from simulate.codes import Action, Scheduler, Share
+
 
 # counters[...] indices
 _SEQ, _EVENT, _OP_EVENTS, _HLEN, _NPEND, _NDIRTY_L, _NDIRTY_H, _NTRACE, _DONE = range(9)
@@ -170,9 +170,9 @@ def _q_pop(qp, qs, qo, qlen, qbase, g):
 @njit(cache=True, inline="always", error_model="numpy")
 def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir, taken):
     """Fraction of ``link``'s bandwidth that worker ``w`` gets (SPEC §3 Share)."""
-    if sharing == SHARE_NONE:
+    if sharing == Share.NONE:
         return 1.0
-    if sharing == SHARE_FCFS:
+    if sharing == Share.FCFS:
         return 1.0 if link_list[link, 0] == w else 0.0
     if n_servers == 1:
         return 1.0 / link_n[link]
@@ -203,8 +203,8 @@ def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _act(act_kind, act_w, act_x, n_act, kind, w, x):
-    """Append an action (kind 0: op ``x`` ready; 1: slot ``x`` free; 2: stream ``x`` resumes) for
-    worker ``w``; return the new count."""
+    """Append an action (an :class:`~simulate.codes.Action` on op or slot ``x``) for worker ``w``;
+    return the new count."""
     act_kind[n_act] = kind
     act_w[n_act] = w
     act_x[n_act] = x
@@ -235,7 +235,7 @@ def _window(win_t, win_v, win_n, d, now):
 @njit(cache=True, inline="always", error_model="numpy")
 def _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n, d, now):
     """True when ``g`` is a grpc link whose connection window is used up."""
-    return slot_sched[slot] == SCHED_GRPC and conn_used[g] >= _window(win_t, win_v, win_n, d, now)
+    return slot_sched[slot] == Scheduler.GRPC and conn_used[g] >= _window(win_t, win_v, win_n, d, now)
 
 
 @njit(cache=True, error_model="numpy")
@@ -302,7 +302,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     cur_size = np.zeros(G)
     ret_cap = np.zeros(n_slots, dtype=np.int64)
     for s in range(n_slots):
-        if slot_sched[s] == SCHED_GRPC:
+        if slot_sched[s] == Scheduler.GRPC:
             ret_cap[s] = 2 * slot_cap[s] + 8
     ret_off = np.zeros(n_slots + 1, dtype=np.int64)
     for s in range(n_slots):
@@ -333,8 +333,8 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     host_n = np.zeros(H, dtype=np.int64)
     host_pos = np.full(G, -1, dtype=np.int64)
     host_mark = np.zeros(H, dtype=np.bool_)
-    coupled = n_servers > 1 and (sharing == SHARE_PS or sharing == SHARE_FLOW_CAP)
-    # Actions of one event: kind 0 = op ready, kind 1 = slot free to take its next chunk.
+    coupled = n_servers > 1 and (sharing == Share.PS or sharing == Share.FLOW_CAP)
+    # Actions of one event (Action codes: an op ready, a slot free, a grpc stream resuming).
     cap_act = n_workers * (roots.shape[0] + 2) + n_ops + 2
     act_kind = np.zeros(cap_act, dtype=np.int64)
     act_w = np.zeros(cap_act, dtype=np.int64)
@@ -358,7 +358,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             _heap_set(heap, hpos, ev_t, counters, 2 * G + w, start_at[w])
             continue
         for r in roots:
-            n_act = _act(act_kind, act_w, act_x, n_act, 0, w, r)
+            n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, w, r)
     ev_w = -1  # the worker whose chunk just finished (-1: the initial pseudo-event)
     ev_g = -1
     ev_timer = False
@@ -373,18 +373,18 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                 w = act_w[i]
                 kind = act_kind[i]
                 to_start = -1
-                if kind != 1:  # 0: an op is ready; 2: a paused grpc stream got its window back
+                if kind != Action.SLOT_FREE:  # an op is ready, or a paused grpc stream got its window back
                     op = act_x[i]
                     slot = op_slot[op]
                     g = w * n_slots + slot
-                    if kind == 0 and slot_link[slot] >= 0:
+                    if kind == Action.OP_READY and slot_link[slot] >= 0:
                         srem[w * n_ops + op] = work[samples[w, step_k[w]], op]
                         sserved[w * n_ops + op] = False
                         ssent[w * n_ops + op] = 0.0
                     if cur_op[g] >= 0 or qlen[g] > 0 or _grpc_blocked(
                             slot_sched, slot, conn_used, g, win_t, win_v, win_n, link_dir[max(slot_link[slot], 0)],
                             now):
-                        if slot_sched[slot] == SCHED_PRIORITY:
+                        if slot_sched[slot] == Scheduler.PRIORITY:
                             _q_push(qp, qs, qo, qlen, qbase, g, priority[op], seq, op)
                             seq += 1
                         else:  # FIFO: a ring buffer
@@ -397,7 +397,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     if cur_op[g] < 0:
                         if qlen[g] > 0 and not _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n,
                                                              link_dir[max(slot_link[slot], 0)], now):
-                            if slot_sched[slot] == SCHED_PRIORITY:
+                            if slot_sched[slot] == Scheduler.PRIORITY:
                                 to_start = _q_pop(qp, qs, qo, qlen, qbase, g)
                             else:
                                 to_start = qo[qbase[g] + qhead[g]]
@@ -439,7 +439,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     if link >= 0:
                         k = w * n_ops + op
                         rem = srem[k]
-                        if slot_sched[slot] == SCHED_HTTP2 and not sserved[k] and rem > win_bytes:
+                        if slot_sched[slot] == Scheduler.HTTP2 and not sserved[k] and rem > win_bytes:
                             # ICPE Fig. 12: the first service sends one window; the stream goes to
                             # the back of the queue as this chunk is taken (SPEC §3), and its second
                             # service sends the rest.
@@ -448,7 +448,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                             srem[k] = rem - win_bytes
                             last = False
                             _ring_append(qo, qbase, qhead, qlen, slot_cap[slot], g, op)
-                        elif slot_sched[slot] == SCHED_GRPC:
+                        elif slot_sched[slot] == Scheduler.GRPC:
                             # As much of the head stream as the stream and connection windows allow.
                             win = _window(win_t, win_v, win_n, link_dir[link], now)
                             chunk = rem
@@ -508,7 +508,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     ops_left[v] = n_ops
                     step_start[v, step_k[v]] = now
                     for r in roots:
-                        n_act = _act(act_kind, act_w, act_x, n_act, 0, v, r)
+                        n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, v, r)
 
         if ev_w >= 0 and not ev_timer and cur_op[ev_g] < 0:
             _heap_remove(heap, hpos, ev_t, counters, ev_g)
@@ -558,7 +558,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             if link >= 0:
                 rate = link_capacity[link] * _link_share(w, link, link_n, link_list, member, sharing, n_servers,
                                                          link_dir, taken)
-                if sharing == SHARE_FLOW_CAP and rate > flow_cap:
+                if sharing == Share.FLOW_CAP and rate > flow_cap:
                     rate = flow_cap
             else:
                 rate = 1.0
@@ -591,7 +591,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             _heap_remove(heap, hpos, ev_t, counters, g)
             n_act = 0
             for r in roots:
-                n_act = _act(act_kind, act_w, act_x, n_act, 0, w, r)
+                n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, w, r)
             ev_w = w
             ev_g = g
             ev_timer = True
@@ -613,7 +613,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                     ssent[kk] -= ret_b[j]
                     if spaused[kk] and ssent[kk] < _window(win_t, win_v, win_n, d, now):
                         spaused[kk] = False
-                        n_act = _act(act_kind, act_w, act_x, n_act, 2, w, op)
+                        n_act = _act(act_kind, act_w, act_x, n_act, Action.STREAM_RESUMES, w, op)
                 ret_head[gl] += 1
                 if ret_head[gl] == ret_cap[slot]:
                     ret_head[gl] = 0
@@ -622,7 +622,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                 _heap_set(heap, hpos, ev_t, counters, g, ret_t[base + ret_head[gl]])
             else:
                 _heap_remove(heap, hpos, ev_t, counters, g)
-            n_act = _act(act_kind, act_w, act_x, n_act, 1, w, slot)
+            n_act = _act(act_kind, act_w, act_x, n_act, Action.SLOT_FREE, w, slot)
             ev_w = w
             ev_g = g
             ev_timer = True
@@ -642,7 +642,7 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
             n_trace += 1
         cur_op[g] = -1
         n_act = 0
-        if slot_sched[slot] == SCHED_GRPC:
+        if slot_sched[slot] == Scheduler.GRPC:
             # The receiver returns this chunk's bytes one update delay from now. A stream that
             # is not finished either waits for its own window (paused) or, held up only by the
             # connection window, stays at the head of the queue.
@@ -678,8 +678,8 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
                 j = w * n_ops + d
                 waiting[j] -= 1
                 if waiting[j] == 0:
-                    n_act = _act(act_kind, act_w, act_x, n_act, 0, w, d)
-        n_act = _act(act_kind, act_w, act_x, n_act, 1, w, slot)
+                    n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, w, d)
+        n_act = _act(act_kind, act_w, act_x, n_act, Action.SLOT_FREE, w, slot)
         ev_w = w
         ev_g = g
     return step_start, step_end, op_events, n_trace
