@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -80,21 +81,87 @@ def slot_names(n_servers: int) -> list[str]:
             + ["PARSE"] + [f"PS{suffix(m)} PARSE" for m in range(n_servers)])
 
 
-def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> dict:
-    """Everything :func:`simulate.kernel.run_kernel` takes, as named arrays."""
+class KernelInputs(NamedTuple):
+    """What the kernel reads: the graph, the cluster and the settings of one run, laid out.
+
+    ``n_ops`` ops, ``S`` profiled steps, ``W`` workers of ``N`` steps, ``n_slots`` slots per
+    worker (see the module docstring), ``2M`` links, ``H`` hosts; -1 stands for none.
+    """
+
+    succ_ptr: np.ndarray           # (n_ops + 1,) CSR successors of each op, ascending
+    succ_idx: np.ndarray
+    in_degree: np.ndarray          # (n_ops,) predecessors of each op
+    op_slot: np.ndarray            # (n_ops,) each op's slot in a worker's layout
+    work: np.ndarray               # (S, n_ops) bytes for a transfer, seconds for a computation
+    priority: np.ndarray           # (n_ops,) Scheduler.PRIORITY serves the lowest first
+    samples: np.ndarray            # (W, N) the profiled step that worker w replays as its k-th
+    n_slots: int
+    slot_link: np.ndarray          # (n_slots,) each slot's link, -1 for a computation slot
+    slot_scheduler: np.ndarray     # (n_slots,) a Scheduler code
+    slot_queue_cap: np.ndarray     # (n_slots,) ops one worker can have queued on the slot
+    slot_host: np.ndarray          # (W * n_slots,) the host of each computation slot, or -1
+    link_capacity_Bps: np.ndarray  # (2M,) links m (server m's downlink) and M + m (its uplink)
+    link_direction: np.ndarray     # (2M,) a Direction code
+    n_servers: int
+    share: int                     # a Share code
+    flow_cap_Bps: float            # Share.FLOW_CAP: no flow above it
+    win_bytes: float               # Scheduler.HTTP2: ICPE's window WIN (else inf)
+    sync: bool                     # a barrier after every step (sync and all-reduce modes)
+    host_cores: np.ndarray         # (H,)
+    flow_window_t_s: np.ndarray    # (2, K) per Direction, the receiver's window timeline (grpc)
+    flow_window_bytes: np.ndarray  # (2, K) ascending times, non-decreasing windows
+    flow_window_n: np.ndarray      # (2,) entries of each timeline
+    flow_update_delay_s: np.ndarray  # (2,) from a chunk's end to the WINDOW_UPDATE returning it
+    start_at_s: np.ndarray         # (W,) when each worker starts its first step
+    trace_steps: int               # trace the chunks of each worker's first steps
+
+
+class KernelOutputs(NamedTuple):
+    """Where the kernel writes: step times, and the trace rows (up to its capacity ``C``)."""
+
+    step_start_s: np.ndarray            # (W, N)
+    step_end_s: np.ndarray              # (W, N)
+    trace_worker_step_slot: np.ndarray  # (C, 3)
+    trace_op: np.ndarray                # (C,)
+    trace_span_s: np.ndarray            # (C, 2) the chunk's start and end
+
+
+def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> KernelInputs:
+    """Lay a run out for :func:`simulate.kernel.run_kernel`.
+
+    Parameters
+    ----------
+    graph : SimGraph
+        The prepared op graph (:func:`simulate.prepare.prepare`).
+    cluster : ClusterModel
+        Link bandwidths, HTTP/2 window and grpc flow control.
+    config : SimConfig
+        Workers, steps, mode, sharing, transfer model, colocation, start times, seed.
+
+    Returns
+    -------
+    KernelInputs
+        The kernel's read-only inputs; ``samples`` is drawn from ``config.seed``.
+
+    Raises
+    ------
+    UsageError
+        When the colocation places another number of servers than the graph has.
+    """
     M = graph.n_servers
     n_slots = n_slots_for(M, graph.parse_lane)
     op_slot = slot_of(graph.resource, graph.server, M, graph.parse_lane)
     slot_link = np.full(n_slots, -1, dtype=np.int64)
     slot_link[:M] = np.arange(M)
     slot_link[M + 1:2 * M + 1] = M + np.arange(M)
-    slot_sched = np.zeros(n_slots, dtype=np.int64)
-    slot_sched[slot_link >= 0] = SCHEDULER_OF[config.transfer]
+    slot_scheduler = np.full(n_slots, Scheduler.FIFO, dtype=np.int64)
+    slot_scheduler[slot_link >= 0] = SCHEDULER_OF[config.transfer]
     counts = np.bincount(op_slot, minlength=n_slots)
-    slot_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
+    # An HTTP/2 stream cut once is queued twice; the extra 1 keeps a full ring from looking empty.
+    slot_queue_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
     link_capacity = np.array([cluster.downlink_Bps] * M + [cluster.uplink_Bps] * M, dtype=np.float64)
-    link_dir = np.array([Direction.DOWNLINK] * M + [Direction.UPLINK] * M, dtype=np.int64)
-    sharing = int(Share.NONE if config.mode is Mode.ALLREDUCE else SHARE_OF[config.sharing])
+    link_direction = np.array([Direction.DOWNLINK] * M + [Direction.UPLINK] * M, dtype=np.int64)
+    share = Share.NONE if config.mode is Mode.ALLREDUCE else SHARE_OF[config.sharing]
     W = config.workers
     slot_host = np.full(W * n_slots, -1, dtype=np.int64)
     host_cores = np.zeros(0)
@@ -113,27 +180,49 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         host_cores = np.array(col.cores, dtype=np.float64)
     flows = (cluster.flow_downlink, cluster.flow_uplink)  # in Direction order
     K = max(len(f.window_timeline) for f in flows)
-    win_t = np.zeros((2, K))
-    win_v = np.zeros((2, K))
+    window_t = np.zeros((len(flows), K))
+    window_bytes = np.zeros((len(flows), K))
     for d, flow in enumerate(flows):
         for j, (t, v) in enumerate(flow.window_timeline):
-            win_t[d, j], win_v[d, j] = t, v
+            window_t[d, j], window_bytes[d, j] = t, v
     rng = np.random.default_rng(config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
-    trace_cap = W * config.trace_steps * 2 * graph.n_ops if config.trace_steps else 0
-    return dict(
+    return KernelInputs(
         succ_ptr=graph.succ_ptr, succ_idx=graph.succ_idx, in_degree=graph.in_degree, op_slot=op_slot,
         work=graph.work, priority=graph.priority, samples=samples, n_slots=n_slots, slot_link=slot_link,
-        slot_sched=slot_sched, slot_cap=slot_cap, link_capacity=link_capacity, link_dir=link_dir, n_servers=M,
-        sharing=sharing, flow_cap=float(config.flow_cap_Bps or math.inf),
+        slot_scheduler=slot_scheduler, slot_queue_cap=slot_queue_cap, slot_host=slot_host,
+        link_capacity_Bps=link_capacity, link_direction=link_direction, n_servers=M, share=int(share),
+        flow_cap_Bps=float(config.flow_cap_Bps or math.inf),
         win_bytes=float(cluster.win_bytes) if config.transfer is Transfer.HTTP2 else math.inf,
-        sync=config.mode is not Mode.ASYNC, slot_host=slot_host, host_cores=host_cores,
-        win_t=win_t, win_v=win_v, win_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
-        update_delay=np.array([f.update_delay_s for f in flows]),
-        start_at=np.array(config.start_offsets_s or (0.0,) * W, dtype=np.float64),
-        trace_steps=config.trace_steps, trace_w=np.zeros((trace_cap, 3), dtype=np.int64),
-        trace_op=np.zeros(trace_cap, dtype=np.int64), trace_t=np.zeros((trace_cap, 2)),
+        sync=config.mode is not Mode.ASYNC, host_cores=host_cores,
+        flow_window_t_s=window_t, flow_window_bytes=window_bytes,
+        flow_window_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
+        flow_update_delay_s=np.array([f.update_delay_s for f in flows]),
+        start_at_s=np.array(config.start_offsets_s or (0.0,) * W, dtype=np.float64),
+        trace_steps=config.trace_steps,
     )
+
+
+def kernel_outputs(inputs: KernelInputs) -> KernelOutputs:
+    """Zeroed outputs for a run laid out as ``inputs``.
+
+    Parameters
+    ----------
+    inputs : KernelInputs
+        The run's layout (:func:`kernel_inputs`).
+
+    Returns
+    -------
+    KernelOutputs
+        Step-time arrays of shape (W, N), and room for every chunk of each worker's first
+        ``inputs.trace_steps`` steps (an op is at most two chunks: HTTP/2 cuts a stream once).
+    """
+    W, N = inputs.samples.shape
+    n_ops = inputs.in_degree.shape[0]
+    trace_cap = W * inputs.trace_steps * 2 * n_ops if inputs.trace_steps else 0
+    return KernelOutputs(step_start_s=np.zeros((W, N)), step_end_s=np.zeros((W, N)),
+                         trace_worker_step_slot=np.zeros((trace_cap, 3), dtype=np.int64),
+                         trace_op=np.zeros(trace_cap, dtype=np.int64), trace_span_s=np.zeros((trace_cap, 2)))
 
 
 def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
@@ -141,12 +230,13 @@ def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
     from simulate.kernel import run_kernel
 
     inputs = kernel_inputs(graph, cluster, config)
+    out = kernel_outputs(inputs)
     started = time.perf_counter()
-    step_start, step_end, op_events, n_trace = run_kernel(**inputs)
+    op_events, n_trace = run_kernel(inputs, out)
     wall = time.perf_counter() - started
     trace = None
     if config.trace_steps:
-        tw, to, tt = inputs["trace_w"][:n_trace], inputs["trace_op"][:n_trace], inputs["trace_t"][:n_trace]
+        tw, to, tt = out.trace_worker_step_slot[:n_trace], out.trace_op[:n_trace], out.trace_span_s[:n_trace]
         trace = {"worker": tw[:, 0], "step": tw[:, 1], "slot": tw[:, 2], "op": to, "start_s": tt[:, 0],
                  "end_s": tt[:, 1]}
-    return SimRun(config, graph, step_start, step_end, int(op_events), wall, trace)
+    return SimRun(config, graph, out.step_start_s, out.step_end_s, int(op_events), wall, trace)

@@ -239,19 +239,14 @@ def _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n, d, now):
 
 
 @njit(cache=True, error_model="numpy")
-def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, n_slots, slot_link, slot_sched,
-               slot_cap, link_capacity, link_dir, n_servers, sharing, flow_cap, win_bytes, sync, slot_host,
-               host_cores, win_t, win_v, win_n, update_delay, start_at, trace_steps, trace_w, trace_op, trace_t):
-    """Simulate every worker's steps; return (step_start, step_end, op_events, trace_count).
+def run_kernel(inp, out):
+    """Simulate every worker's steps; return (op_events, trace_count).
 
-    ``samples[w, k]`` is the profiled step that worker ``w`` replays as its k-th step.
-    Traces (chunks of each worker's first ``trace_steps`` steps) go to ``trace_*``.
-
-    ``win_t``/``win_v`` (2, K) hold each direction's window timeline (``win_n[d]`` entries,
-    times ascending, values non-decreasing) and ``update_delay[d]`` its window-update delay;
-    only ``grpc`` links use them. Worker ``w`` starts its first step at ``start_at[w]``
-    (a timer entry ``2G + w``; at one instant chunk ends come first, then window returns,
-    then starts).
+    ``inp`` is a :class:`simulate.engine.KernelInputs`; the step times and the trace (chunks
+    of each worker's first ``inp.trace_steps`` steps) go to ``out``, a
+    :class:`simulate.engine.KernelOutputs`. Only ``grpc`` links use the window timelines.
+    Worker ``w`` starts its first step at ``inp.start_at_s[w]`` (a timer entry ``2G + w``;
+    at one instant chunk ends come first, then window returns, then starts).
 
     Each event runs three phases. (1) The finished chunk's op releases its dependents
     (in successor order) and its own slot takes its next chunk, as actions on a list that
@@ -260,6 +255,15 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     (3) The chunks on marked links and hosts, and the new chunks, get their rates and
     finish times. Only phase (3) touches the event heap.
     """
+    succ_ptr, succ_idx, in_degree, op_slot = inp.succ_ptr, inp.succ_idx, inp.in_degree, inp.op_slot
+    work, priority, samples, n_slots = inp.work, inp.priority, inp.samples, inp.n_slots
+    slot_link, slot_sched, slot_cap, slot_host = inp.slot_link, inp.slot_scheduler, inp.slot_queue_cap, inp.slot_host
+    link_capacity, link_dir, n_servers, sharing = inp.link_capacity_Bps, inp.link_direction, inp.n_servers, inp.share
+    flow_cap, win_bytes, sync, host_cores = inp.flow_cap_Bps, inp.win_bytes, inp.sync, inp.host_cores
+    win_t, win_v, win_n = inp.flow_window_t_s, inp.flow_window_bytes, inp.flow_window_n
+    update_delay, start_at, trace_steps = inp.flow_update_delay_s, inp.start_at_s, inp.trace_steps
+    step_start, step_end = out.step_start_s, out.step_end_s
+    trace_w, trace_op, trace_t = out.trace_worker_step_slot, out.trace_op, out.trace_span_s
     n_ops = in_degree.shape[0]
     n_workers, n_steps = samples.shape
     n_links = link_capacity.shape[0]
@@ -316,8 +320,6 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
     waiting = np.empty(n_workers * n_ops, dtype=np.int64)
     ops_left = np.zeros(n_workers, dtype=np.int64)
     step_k = np.zeros(n_workers, dtype=np.int64)
-    step_start = np.zeros((n_workers, n_steps))
-    step_end = np.zeros((n_workers, n_steps))
     L = max(n_links, 1)
     link_list = np.zeros((L, n_workers), dtype=np.int64)
     link_n = np.zeros(L, dtype=np.int64)
@@ -682,4 +684,4 @@ def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, 
         n_act = _act(act_kind, act_w, act_x, n_act, Action.SLOT_FREE, w, slot)
         ev_w = w
         ev_g = g
-    return step_start, step_end, op_events, n_trace
+    return op_events, n_trace
