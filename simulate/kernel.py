@@ -34,8 +34,6 @@ from numba import njit
 from simulate.codes import Action, Scheduler, Share
 
 
-# counters[...] indices
-_SEQ, _EVENT, _OP_EVENTS, _HLEN, _NPEND, _NDIRTY_L, _NDIRTY_H, _NTRACE, _DONE = range(9)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
@@ -82,14 +80,14 @@ def _sift_down(heap, hpos, ev_t, i, n):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _heap_set(heap, hpos, ev_t, counters, g, t):
+def _heap_set(heap, hpos, ev_t, heap_size, g, t):
     """Insert slot ``g`` with finish time ``t``, or move it if present."""
     i = hpos[g]
     if i < 0:
-        n = counters[_HLEN]
+        n = heap_size[0]
         heap[n] = g
         hpos[g] = n
-        counters[_HLEN] = n + 1
+        heap_size[0] = n + 1
         ev_t[g] = t
         _sift_up(heap, hpos, ev_t, n)
     else:
@@ -98,15 +96,15 @@ def _heap_set(heap, hpos, ev_t, counters, g, t):
         if t < old:
             _sift_up(heap, hpos, ev_t, i)
         else:
-            _sift_down(heap, hpos, ev_t, i, counters[_HLEN])
+            _sift_down(heap, hpos, ev_t, i, heap_size[0])
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _heap_remove(heap, hpos, ev_t, counters, g):
+def _heap_remove(heap, hpos, ev_t, heap_size, g):
     """Take slot ``g`` out of the heap."""
     i = hpos[g]
-    n = counters[_HLEN] - 1
-    counters[_HLEN] = n
+    n = heap_size[0] - 1
+    heap_size[0] = n
     hpos[g] = -1
     if i < n:
         moved = heap[n]
@@ -342,7 +340,7 @@ def run_kernel(inp, out):
     act_w = np.zeros(cap_act, dtype=np.int64)
     act_x = np.zeros(cap_act, dtype=np.int64)
     pend = np.zeros(G, dtype=np.int64)
-    counters = np.zeros(9, dtype=np.int64)
+    heap_size = np.zeros(1, dtype=np.int64)  # an array: the inlined heap helpers update it in place
     trace_cap = trace_w.shape[0]
     seq = 0
     op_events = 0
@@ -357,7 +355,7 @@ def run_kernel(inp, out):
         ops_left[w] = n_ops
         if start_at[w] > 0.0:
             step_start[w, 0] = start_at[w]
-            _heap_set(heap, hpos, ev_t, counters, 2 * G + w, start_at[w])
+            _heap_set(heap, hpos, ev_t, heap_size, 2 * G + w, start_at[w])
             continue
         for r in roots:
             n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, w, r)
@@ -513,7 +511,7 @@ def run_kernel(inp, out):
                         n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, v, r)
 
         if ev_w >= 0 and not ev_timer and cur_op[ev_g] < 0:
-            _heap_remove(heap, hpos, ev_t, counters, ev_g)
+            _heap_remove(heap, hpos, ev_t, heap_size, ev_g)
 
         # ---- phase 3: settle rates where the set of busy workers changed, and for new chunks
         event += 1
@@ -576,10 +574,10 @@ def run_kernel(inp, out):
                 t = now + rem / rate
             else:
                 t = np.inf
-            _heap_set(heap, hpos, ev_t, counters, g, t)
+            _heap_set(heap, hpos, ev_t, heap_size, g, t)
 
         # ---- phase 1: the next chunk to finish
-        if counters[_HLEN] == 0:
+        if heap_size[0] == 0:
             break
         g = heap[0]
         if ev_t[g] == np.inf:
@@ -590,7 +588,7 @@ def run_kernel(inp, out):
         if g >= 2 * G:
             # A worker's delayed start: its first step's roots.
             w = g - 2 * G
-            _heap_remove(heap, hpos, ev_t, counters, g)
+            _heap_remove(heap, hpos, ev_t, heap_size, g)
             n_act = 0
             for r in roots:
                 n_act = _act(act_kind, act_w, act_x, n_act, Action.OP_READY, w, r)
@@ -621,9 +619,9 @@ def run_kernel(inp, out):
                     ret_head[gl] = 0
                 ret_len[gl] -= 1
             if ret_len[gl] > 0:
-                _heap_set(heap, hpos, ev_t, counters, g, ret_t[base + ret_head[gl]])
+                _heap_set(heap, hpos, ev_t, heap_size, g, ret_t[base + ret_head[gl]])
             else:
-                _heap_remove(heap, hpos, ev_t, counters, g)
+                _heap_remove(heap, hpos, ev_t, heap_size, g)
             n_act = _act(act_kind, act_w, act_x, n_act, Action.SLOT_FREE, w, slot)
             ev_w = w
             ev_g = g
@@ -661,7 +659,7 @@ def run_kernel(inp, out):
             ret_o[base + tail] = -1 if cur_last[g] else op
             ret_len[g] += 1
             if ret_len[g] == 1:
-                _heap_set(heap, hpos, ev_t, counters, G + g, now + update_delay[d])
+                _heap_set(heap, hpos, ev_t, heap_size, G + g, now + update_delay[d])
             if not cur_last[g]:
                 if ssent[kk] >= _window(win_t, win_v, win_n, d, now):
                     spaused[kk] = True
