@@ -214,8 +214,9 @@ def kernel_outputs(inputs: KernelInputs) -> KernelOutputs:
     Returns
     -------
     KernelOutputs
-        Step-time arrays of shape (W, N), and room for every chunk of each worker's first
-        ``inputs.trace_steps`` steps (an op is at most two chunks: HTTP/2 cuts a stream once).
+        Step-time arrays of shape (W, N), and trace room for two chunks per op of each
+        worker's first ``inputs.trace_steps`` steps (HTTP/2 cuts a stream at most once;
+        grpc chunks beyond the room are not recorded).
     """
     W, N = inputs.samples.shape
     n_ops = inputs.in_degree.shape[0]
