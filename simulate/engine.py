@@ -33,9 +33,21 @@ SHARE_OF = {Sharing.PS: Share.PS, Sharing.FCFS: Share.FCFS, Sharing.FLOW_CAP: Sh
 class SimRun:
     """Raw output of one run.
 
-    ``step_start_s``/``step_end_s`` are (W, N): when each worker's k-th step started and
-    ended. ``trace`` (when asked for) holds one row per chunk of the first steps:
-    ``worker, step, slot, op, start_s, end_s``.
+    Attributes
+    ----------
+    config : SimConfig
+        The settings of the run.
+    graph : SimGraph
+        The graph it replayed.
+    step_start_s, step_end_s : numpy.ndarray
+        (W, N): when each worker's k-th step started and ended.
+    op_events : int
+        Ops completed, over every worker and step.
+    wall_s : float
+        Wall time of the compiled loop.
+    trace : dict of str to numpy.ndarray, optional
+        When asked for (``config.trace_steps``): one row per chunk of each worker's first
+        steps, as ``worker, step, slot, op, start_s, end_s``.
     """
 
     config: SimConfig
@@ -47,34 +59,104 @@ class SimRun:
     trace: dict[str, np.ndarray] | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class SlotLayout:
+    """Where each resource sits in a worker's slots, for ``n_servers`` servers (see the module
+    docstring). ``m`` may be a server index or an array of them."""
+
+    n_servers: int
+
+    def downlink(self, m):
+        return m
+
+    @property
+    def worker(self) -> int:
+        return self.n_servers
+
+    def uplink(self, m):
+        return self.n_servers + 1 + m
+
+    def ps(self, m):
+        return 2 * self.n_servers + 1 + m
+
+    @property
+    def worker_parse(self) -> int:
+        return 3 * self.n_servers + 1
+
+    def ps_parse(self, m):
+        return 3 * self.n_servers + 2 + m
+
+    def delay(self, i):
+        """The slot of the ``i``-th delay op (``ParseLane.DELAY``), after every other slot."""
+        return 4 * self.n_servers + 2 + i
+
+
 def n_slots_for(n_servers: int, parse_lane: np.ndarray | None = None) -> int:
-    """Slots per worker: the resources, the parse lanes, and one slot per delay op."""
+    """Slots per worker: the resources, the parse lanes, and one slot per delay op.
+
+    Parameters
+    ----------
+    n_servers : int
+        Parameter servers M.
+    parse_lane : numpy.ndarray, optional
+        Each op's :class:`~simulate.codes.ParseLane` code (None: no delay ops).
+
+    Returns
+    -------
+    int
+    """
     delays = int((parse_lane == ParseLane.DELAY).sum()) if parse_lane is not None else 0
-    return 4 * n_servers + 2 + delays
+    return SlotLayout(n_servers).delay(delays)
 
 
 def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int, parse_lane: np.ndarray | None = None
             ) -> np.ndarray:
-    """Slot index of each (resource, server) pair in the per-worker layout."""
+    """Slot of each op in the per-worker layout.
+
+    Parameters
+    ----------
+    resource, server : numpy.ndarray
+        Each op's :class:`~tfprofile.dag.Resource` and server (-1 for WORKER).
+    n_servers : int
+        Parameter servers M.
+    parse_lane : numpy.ndarray, optional
+        Each op's :class:`~simulate.codes.ParseLane` code (None: every op in line).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 slot indices, one per op.
+    """
+    layout = SlotLayout(n_servers)
     m = np.maximum(server, 0).astype(np.int64)
     out = np.empty(len(resource), dtype=np.int64)
-    out[resource == Resource.DOWNLINK] = m[resource == Resource.DOWNLINK]
-    out[resource == Resource.WORKER] = n_servers
-    out[resource == Resource.UPLINK] = n_servers + 1 + m[resource == Resource.UPLINK]
-    out[resource == Resource.PS] = 2 * n_servers + 1 + m[resource == Resource.PS]
+    out[resource == Resource.DOWNLINK] = layout.downlink(m[resource == Resource.DOWNLINK])
+    out[resource == Resource.WORKER] = layout.worker
+    out[resource == Resource.UPLINK] = layout.uplink(m[resource == Resource.UPLINK])
+    out[resource == Resource.PS] = layout.ps(m[resource == Resource.PS])
     if parse_lane is not None and parse_lane.any():
         lane_worker = (parse_lane == ParseLane.LANE) & (resource == Resource.WORKER)
         lane_ps = (parse_lane == ParseLane.LANE) & (resource == Resource.PS)
-        out[lane_worker] = 3 * n_servers + 1
-        out[lane_ps] = 3 * n_servers + 2 + m[lane_ps]
+        out[lane_worker] = layout.worker_parse
+        out[lane_ps] = layout.ps_parse(m[lane_ps])
         # A delay op has a slot of its own: it never waits for another op, and shares nothing.
         delays = np.flatnonzero(parse_lane == ParseLane.DELAY)
-        out[delays] = 4 * n_servers + 2 + np.arange(delays.size)
+        out[delays] = layout.delay(np.arange(delays.size))
     return out
 
 
 def slot_names(n_servers: int) -> list[str]:
-    """Human names of the per-worker slots, in slot order."""
+    """Human names of the per-worker slots, in slot order (delay ops' slots have none).
+
+    Parameters
+    ----------
+    n_servers : int
+        Parameter servers M; with one, the names carry no server index.
+
+    Returns
+    -------
+    list of str
+    """
     suffix = (lambda m: f"{m}") if n_servers > 1 else (lambda m: "")
     return ([f"DOWNLINK{suffix(m)}" for m in range(n_servers)] + ["WORKER"]
             + [f"UPLINK{suffix(m)}" for m in range(n_servers)] + [f"PS{suffix(m)}" for m in range(n_servers)]
@@ -149,11 +231,13 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         When the colocation places another number of servers than the graph has.
     """
     M = graph.n_servers
+    layout = SlotLayout(M)
     n_slots = n_slots_for(M, graph.parse_lane)
     op_slot = slot_of(graph.resource, graph.server, M, graph.parse_lane)
+    servers = np.arange(M)
     slot_link = np.full(n_slots, -1, dtype=np.int64)
-    slot_link[:M] = np.arange(M)
-    slot_link[M + 1:2 * M + 1] = M + np.arange(M)
+    slot_link[layout.downlink(servers)] = servers
+    slot_link[layout.uplink(servers)] = M + servers
     slot_scheduler = np.full(n_slots, Scheduler.FIFO, dtype=np.int64)
     slot_scheduler[slot_link >= 0] = SCHEDULER_OF[config.transfer]
     counts = np.bincount(op_slot, minlength=n_slots)
@@ -171,12 +255,13 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
             from tfsim.errors import UsageError
 
             raise UsageError("--cores", f"colocation places {len(col.server_host)} servers, not {M}")
+        # Parsing runs on the receiving task's host, on a lane or in line.
         for w in range(W):
-            slot_host[w * n_slots + M] = col.worker_host[w]
-            slot_host[w * n_slots + 3 * M + 1] = col.worker_host[w]
+            slot_host[w * n_slots + layout.worker] = col.worker_host[w]
+            slot_host[w * n_slots + layout.worker_parse] = col.worker_host[w]
             for m in range(M):
-                slot_host[w * n_slots + 2 * M + 1 + m] = col.server_host[m]
-                slot_host[w * n_slots + 3 * M + 2 + m] = col.server_host[m]
+                slot_host[w * n_slots + layout.ps(m)] = col.server_host[m]
+                slot_host[w * n_slots + layout.ps_parse(m)] = col.server_host[m]
         host_cores = np.array(col.cores, dtype=np.float64)
     flows = (cluster.flow_downlink, cluster.flow_uplink)  # in Direction order
     K = max(len(f.window_timeline) for f in flows)
@@ -227,7 +312,29 @@ def kernel_outputs(inputs: KernelInputs) -> KernelOutputs:
 
 
 def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
-    """Simulate ``config.workers`` workers for ``config.steps`` steps each."""
+    """Simulate ``config.workers`` workers for ``config.steps`` steps each.
+
+    Parameters
+    ----------
+    graph : SimGraph
+        The prepared op graph (:func:`simulate.prepare.prepare`).
+    cluster : ClusterModel
+        Link bandwidths, HTTP/2 window and grpc flow control.
+    config : SimConfig
+        The run's settings; ``config.seed`` fixes which profiled steps are replayed, and
+        the same seed gives the same result.
+
+    Returns
+    -------
+    SimRun
+
+    Raises
+    ------
+    UsageError
+        When the colocation places another number of servers than the graph has.
+    """
+    # Imported here, not at the top: importing numba takes some 0.2 s, which commands and
+    # modules that never simulate need not pay.
     from simulate.kernel import run_kernel
 
     inputs = kernel_inputs(graph, cluster, config)
