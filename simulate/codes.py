@@ -3,7 +3,9 @@
 The kernel takes plain integer arrays, so every enumeration it branches on is an integer
 code; each is named here once. The module imports nothing of numba: the preparation and
 the engine use the codes without compiling anything, and the kernel reads them as
-compile-time constants (numba folds an ``IntEnum`` member into the code).
+compile-time constants (numba folds an ``IntEnum`` member into the code). numba's on-disk
+cache of the kernel does not notice a change to this file: after renumbering a code, touch
+``simulate/kernel.py`` so that the kernel is compiled again.
 """
 
 from __future__ import annotations
