@@ -2,7 +2,7 @@
 loop (:mod:`simulate.kernel`), run it, and hand back the raw timings.
 
 The slot layout per worker is DOWNLINK_0..M-1, WORKER, UPLINK_0..M-1, PS_0..M-1 (slot
-order is the tie-break order of SPEC §3), then the parse lanes PARSE_WORKER and
+order is the tie-break order of docs/model.md §2.4), then the parse lanes PARSE_WORKER and
 PARSE_PS_0..M-1 (used only with ``OverheadPlacement.LANE``). Link ``m`` is server m's
 downlink, link ``M + m`` its uplink.
 """
@@ -12,25 +12,41 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
 from simulate.cluster import ClusterModel
+from simulate.codes import Direction, ParseLane, Scheduler, Share
 from simulate.config import Mode, Sharing, SimConfig, Transfer
 from simulate.prepare import SimGraph
 from tfprofile.dag import Resource
 
-_SCHED = {Transfer.HTTP2: 1, Transfer.FIFO: 0, Transfer.PRIORITY: 2, Transfer.GRPC: 3}
-_SHARE = {Sharing.PS: 0, Sharing.FCFS: 1, Sharing.FLOW_CAP: 2}
+# The one place where the settings become the kernel's codes.
+SCHEDULER_OF = {Transfer.FIFO: Scheduler.FIFO, Transfer.HTTP2: Scheduler.HTTP2, Transfer.PRIORITY: Scheduler.PRIORITY,
+                Transfer.GRPC: Scheduler.GRPC}
+SHARE_OF = {Sharing.PS: Share.PS, Sharing.FCFS: Share.FCFS, Sharing.FLOW_CAP: Share.FLOW_CAP}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SimRun:
     """Raw output of one run.
 
-    ``step_start_s``/``step_end_s`` are (W, N): when each worker's k-th step started and
-    ended. ``trace`` (when asked for) holds one row per chunk of the first steps:
-    ``worker, step, slot, op, start_s, end_s``.
+    Attributes
+    ----------
+    config : SimConfig
+        The settings of the run.
+    graph : SimGraph
+        The graph it replayed.
+    step_start_s, step_end_s : numpy.ndarray
+        (W, N): when each worker's k-th step started and ended.
+    op_events : int
+        Ops completed, over every worker and step.
+    wall_s : float
+        Wall time of the compiled loop.
+    trace : dict of str to numpy.ndarray, optional
+        When asked for (``config.trace_steps``): one row per chunk of each worker's first
+        steps, as ``worker, step, slot, op, start_s, end_s``.
     """
 
     config: SimConfig
@@ -42,55 +58,193 @@ class SimRun:
     trace: dict[str, np.ndarray] | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class SlotLayout:
+    """Where each resource sits in a worker's slots, for ``n_servers`` servers (see the module
+    docstring). ``m`` may be a server index or an array of them."""
+
+    n_servers: int
+
+    def downlink(self, m):
+        return m
+
+    @property
+    def worker(self) -> int:
+        return self.n_servers
+
+    def uplink(self, m):
+        return self.n_servers + 1 + m
+
+    def ps(self, m):
+        return 2 * self.n_servers + 1 + m
+
+    @property
+    def worker_parse(self) -> int:
+        return 3 * self.n_servers + 1
+
+    def ps_parse(self, m):
+        return 3 * self.n_servers + 2 + m
+
+    def delay(self, i):
+        """The slot of the ``i``-th delay op (``ParseLane.DELAY``), after every other slot."""
+        return 4 * self.n_servers + 2 + i
+
+
 def n_slots_for(n_servers: int, parse_lane: np.ndarray | None = None) -> int:
-    """Slots per worker: the resources, the parse lanes, and one slot per delay op."""
-    delays = int((parse_lane == 2).sum()) if parse_lane is not None else 0
-    return 4 * n_servers + 2 + delays
+    """Slots per worker: the resources, the parse lanes, and one slot per delay op.
+
+    Parameters
+    ----------
+    n_servers : int
+        Parameter servers M.
+    parse_lane : numpy.ndarray, optional
+        Each op's :class:`~simulate.codes.ParseLane` code (None: no delay ops).
+
+    Returns
+    -------
+    int
+    """
+    delays = int((parse_lane == ParseLane.DELAY).sum()) if parse_lane is not None else 0
+    return SlotLayout(n_servers).delay(delays)
 
 
 def slot_of(resource: np.ndarray, server: np.ndarray, n_servers: int, parse_lane: np.ndarray | None = None
             ) -> np.ndarray:
-    """Slot index of each (resource, server) pair in the per-worker layout."""
+    """Slot of each op in the per-worker layout.
+
+    Parameters
+    ----------
+    resource, server : numpy.ndarray
+        Each op's :class:`~tfprofile.dag.Resource` and server (-1 for WORKER).
+    n_servers : int
+        Parameter servers M.
+    parse_lane : numpy.ndarray, optional
+        Each op's :class:`~simulate.codes.ParseLane` code (None: every op in line).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 slot indices, one per op.
+    """
+    layout = SlotLayout(n_servers)
     m = np.maximum(server, 0).astype(np.int64)
     out = np.empty(len(resource), dtype=np.int64)
-    out[resource == Resource.DOWNLINK] = m[resource == Resource.DOWNLINK]
-    out[resource == Resource.WORKER] = n_servers
-    out[resource == Resource.UPLINK] = n_servers + 1 + m[resource == Resource.UPLINK]
-    out[resource == Resource.PS] = 2 * n_servers + 1 + m[resource == Resource.PS]
+    out[resource == Resource.DOWNLINK] = layout.downlink(m[resource == Resource.DOWNLINK])
+    out[resource == Resource.WORKER] = layout.worker
+    out[resource == Resource.UPLINK] = layout.uplink(m[resource == Resource.UPLINK])
+    out[resource == Resource.PS] = layout.ps(m[resource == Resource.PS])
     if parse_lane is not None and parse_lane.any():
-        lane_worker = (parse_lane == 1) & (resource == Resource.WORKER)
-        lane_ps = (parse_lane == 1) & (resource == Resource.PS)
-        out[lane_worker] = 3 * n_servers + 1
-        out[lane_ps] = 3 * n_servers + 2 + m[lane_ps]
+        lane_worker = (parse_lane == ParseLane.LANE) & (resource == Resource.WORKER)
+        lane_ps = (parse_lane == ParseLane.LANE) & (resource == Resource.PS)
+        out[lane_worker] = layout.worker_parse
+        out[lane_ps] = layout.ps_parse(m[lane_ps])
         # A delay op has a slot of its own: it never waits for another op, and shares nothing.
-        delays = np.flatnonzero(parse_lane == 2)
-        out[delays] = 4 * n_servers + 2 + np.arange(delays.size)
+        delays = np.flatnonzero(parse_lane == ParseLane.DELAY)
+        out[delays] = layout.delay(np.arange(delays.size))
     return out
 
 
 def slot_names(n_servers: int) -> list[str]:
-    """Human names of the per-worker slots, in slot order."""
+    """Human names of the per-worker slots, in slot order (delay ops' slots have none).
+
+    Parameters
+    ----------
+    n_servers : int
+        Parameter servers M; with one, the names carry no server index.
+
+    Returns
+    -------
+    list of str
+    """
     suffix = (lambda m: f"{m}") if n_servers > 1 else (lambda m: "")
     return ([f"DOWNLINK{suffix(m)}" for m in range(n_servers)] + ["WORKER"]
             + [f"UPLINK{suffix(m)}" for m in range(n_servers)] + [f"PS{suffix(m)}" for m in range(n_servers)]
             + ["PARSE"] + [f"PS{suffix(m)} PARSE" for m in range(n_servers)])
 
 
-def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> dict:
-    """Everything :func:`simulate.kernel.run_kernel` takes, as named arrays."""
+class KernelInputs(NamedTuple):
+    """What the kernel reads: the graph, the cluster and the settings of one run, laid out.
+
+    ``n_ops`` ops, ``S`` profiled steps, ``W`` workers of ``N`` steps, ``n_slots`` slots per
+    worker (see the module docstring), ``2M`` links, ``H`` hosts; -1 stands for none.
+    """
+
+    succ_ptr: np.ndarray           # (n_ops + 1,) CSR successors of each op, ascending
+    succ_idx: np.ndarray
+    in_degree: np.ndarray          # (n_ops,) predecessors of each op
+    op_slot: np.ndarray            # (n_ops,) each op's slot in a worker's layout
+    work: np.ndarray               # (S, n_ops) bytes for a transfer, seconds for a computation
+    priority: np.ndarray           # (n_ops,) Scheduler.PRIORITY serves the lowest first
+    samples: np.ndarray            # (W, N) the profiled step that worker w replays as its k-th
+    n_slots: int
+    slot_link: np.ndarray          # (n_slots,) each slot's link, -1 for a computation slot
+    slot_scheduler: np.ndarray     # (n_slots,) a Scheduler code
+    slot_queue_cap: np.ndarray     # (n_slots,) ops one worker can have queued on the slot
+    slot_host: np.ndarray          # (W * n_slots,) the host of each computation slot, or -1
+    link_capacity_Bps: np.ndarray  # (2M,) links m (server m's downlink) and M + m (its uplink)
+    link_direction: np.ndarray     # (2M,) a Direction code
+    n_servers: int
+    share: int                     # a Share code
+    flow_cap_Bps: float            # Share.FLOW_CAP: no flow above it
+    win_bytes: float               # Scheduler.HTTP2: ICPE's window WIN (else inf)
+    sync: bool                     # a barrier after every step (sync and all-reduce modes)
+    host_cores: np.ndarray         # (H,)
+    flow_window_t_s: np.ndarray    # (2, K) per Direction, the receiver's window timeline (grpc)
+    flow_window_bytes: np.ndarray  # (2, K) ascending times, non-decreasing windows
+    flow_window_n: np.ndarray      # (2,) entries of each timeline
+    flow_update_delay_s: np.ndarray  # (2,) from a chunk's end to the WINDOW_UPDATE returning it
+    start_at_s: np.ndarray         # (W,) when each worker starts its first step
+    trace_steps: int               # trace the chunks of each worker's first steps
+
+
+class KernelOutputs(NamedTuple):
+    """Where the kernel writes: step times, and the trace rows (up to its capacity ``C``)."""
+
+    step_start_s: np.ndarray            # (W, N)
+    step_end_s: np.ndarray              # (W, N)
+    trace_worker_step_slot: np.ndarray  # (C, 3)
+    trace_op: np.ndarray                # (C,)
+    trace_span_s: np.ndarray            # (C, 2) the chunk's start and end
+
+
+def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> KernelInputs:
+    """Lay a run out for :func:`simulate.kernel.run_kernel`.
+
+    Parameters
+    ----------
+    graph : SimGraph
+        The prepared op graph (:func:`simulate.prepare.prepare`).
+    cluster : ClusterModel
+        Link bandwidths, HTTP/2 window and grpc flow control.
+    config : SimConfig
+        Workers, steps, mode, sharing, transfer model, colocation, start times, seed.
+
+    Returns
+    -------
+    KernelInputs
+        The kernel's read-only inputs; ``samples`` is drawn from ``config.seed``.
+
+    Raises
+    ------
+    UsageError
+        When the colocation places another number of servers than the graph has.
+    """
     M = graph.n_servers
+    layout = SlotLayout(M)
     n_slots = n_slots_for(M, graph.parse_lane)
     op_slot = slot_of(graph.resource, graph.server, M, graph.parse_lane)
+    servers = np.arange(M)
     slot_link = np.full(n_slots, -1, dtype=np.int64)
-    slot_link[:M] = np.arange(M)
-    slot_link[M + 1:2 * M + 1] = M + np.arange(M)
-    slot_sched = np.zeros(n_slots, dtype=np.int64)
-    slot_sched[slot_link >= 0] = _SCHED[config.transfer]
+    slot_link[layout.downlink(servers)] = servers
+    slot_link[layout.uplink(servers)] = M + servers
+    slot_scheduler = np.full(n_slots, Scheduler.FIFO, dtype=np.int64)
+    slot_scheduler[slot_link >= 0] = SCHEDULER_OF[config.transfer]
     counts = np.bincount(op_slot, minlength=n_slots)
-    slot_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
+    # An HTTP/2 stream cut once is queued twice; the extra 1 keeps a full ring from looking empty.
+    slot_queue_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
     link_capacity = np.array([cluster.downlink_Bps] * M + [cluster.uplink_Bps] * M, dtype=np.float64)
-    link_dir = np.array([0] * M + [1] * M, dtype=np.int64)
-    sharing = 3 if config.mode is Mode.ALLREDUCE else _SHARE[config.sharing]
+    link_direction = np.array([Direction.DOWNLINK] * M + [Direction.UPLINK] * M, dtype=np.int64)
+    share = Share.NONE if config.mode is Mode.ALLREDUCE else SHARE_OF[config.sharing]
     W = config.workers
     slot_host = np.full(W * n_slots, -1, dtype=np.int64)
     host_cores = np.zeros(0)
@@ -99,50 +253,107 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         if len(col.server_host) != M:
             from tfbase.errors import UsageError
 
-            raise UsageError("--cores", f"colocation places {len(col.server_host)} servers, not {M}")
+            raise UsageError("colocation", f"colocation places {len(col.server_host)} servers, not {M}")
+        # Parsing runs on the receiving task's host, on a lane or in line.
         for w in range(W):
-            slot_host[w * n_slots + M] = col.worker_host[w]
-            slot_host[w * n_slots + 3 * M + 1] = col.worker_host[w]
+            slot_host[w * n_slots + layout.worker] = col.worker_host[w]
+            slot_host[w * n_slots + layout.worker_parse] = col.worker_host[w]
             for m in range(M):
-                slot_host[w * n_slots + 2 * M + 1 + m] = col.server_host[m]
-                slot_host[w * n_slots + 3 * M + 2 + m] = col.server_host[m]
+                slot_host[w * n_slots + layout.ps(m)] = col.server_host[m]
+                slot_host[w * n_slots + layout.ps_parse(m)] = col.server_host[m]
         host_cores = np.array(col.cores, dtype=np.float64)
-    flows = (cluster.flow_downlink, cluster.flow_uplink)
+    flows = (cluster.flow_downlink, cluster.flow_uplink)  # in Direction order
     K = max(len(f.window_timeline) for f in flows)
-    win_t = np.zeros((2, K))
-    win_v = np.zeros((2, K))
+    window_t = np.zeros((len(flows), K))
+    window_bytes = np.zeros((len(flows), K))
     for d, flow in enumerate(flows):
         for j, (t, v) in enumerate(flow.window_timeline):
-            win_t[d, j], win_v[d, j] = t, v
+            window_t[d, j], window_bytes[d, j] = t, v
     rng = np.random.default_rng(config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
-    trace_cap = W * config.trace_steps * 2 * graph.n_ops if config.trace_steps else 0
-    return dict(
+    return KernelInputs(
         succ_ptr=graph.succ_ptr, succ_idx=graph.succ_idx, in_degree=graph.in_degree, op_slot=op_slot,
         work=graph.work, priority=graph.priority, samples=samples, n_slots=n_slots, slot_link=slot_link,
-        slot_sched=slot_sched, slot_cap=slot_cap, link_capacity=link_capacity, link_dir=link_dir, n_servers=M,
-        sharing=sharing, flow_cap=float(config.flow_cap_Bps or math.inf),
+        slot_scheduler=slot_scheduler, slot_queue_cap=slot_queue_cap, slot_host=slot_host,
+        link_capacity_Bps=link_capacity, link_direction=link_direction, n_servers=M, share=int(share),
+        flow_cap_Bps=float(config.flow_cap_Bps or math.inf),
         win_bytes=float(cluster.win_bytes) if config.transfer is Transfer.HTTP2 else math.inf,
-        sync=config.mode is not Mode.ASYNC, slot_host=slot_host, host_cores=host_cores,
-        win_t=win_t, win_v=win_v, win_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
-        update_delay=np.array([f.update_delay_s for f in flows]),
-        start_at=np.array(config.start_offsets_s or (0.0,) * W, dtype=np.float64),
-        trace_steps=config.trace_steps, trace_w=np.zeros((trace_cap, 3), dtype=np.int64),
-        trace_op=np.zeros(trace_cap, dtype=np.int64), trace_t=np.zeros((trace_cap, 2)),
+        sync=config.mode is not Mode.ASYNC, host_cores=host_cores,
+        flow_window_t_s=window_t, flow_window_bytes=window_bytes,
+        flow_window_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
+        flow_update_delay_s=np.array([f.update_delay_s for f in flows]),
+        start_at_s=np.array(config.start_offsets_s or (0.0,) * W, dtype=np.float64),
+        trace_steps=config.trace_steps,
     )
 
 
+def kernel_outputs(inputs: KernelInputs, trace_capacity: int | None = None) -> KernelOutputs:
+    """Zeroed outputs for a run laid out as ``inputs``.
+
+    Parameters
+    ----------
+    inputs : KernelInputs
+        The run's layout (:func:`kernel_inputs`).
+    trace_capacity : int, optional
+        Trace rows; default: two chunks per op of each worker's first ``inputs.trace_steps``
+        steps (HTTP/2 cuts a stream at most once; :func:`run` retries with more room when
+        grpc's window edges cut more).
+
+    Returns
+    -------
+    KernelOutputs
+        Step-time arrays of shape (W, N) and the trace rows.
+    """
+    W, N = inputs.samples.shape
+    n_ops = inputs.in_degree.shape[0]
+    trace_cap = W * inputs.trace_steps * 2 * n_ops if inputs.trace_steps else 0
+    if trace_capacity is not None:
+        trace_cap = trace_capacity
+    return KernelOutputs(step_start_s=np.zeros((W, N)), step_end_s=np.zeros((W, N)),
+                         trace_worker_step_slot=np.zeros((trace_cap, 3), dtype=np.int64),
+                         trace_op=np.zeros(trace_cap, dtype=np.int64), trace_span_s=np.zeros((trace_cap, 2)))
+
+
 def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
-    """Simulate ``config.workers`` workers for ``config.steps`` steps each."""
+    """Simulate ``config.workers`` workers for ``config.steps`` steps each.
+
+    Parameters
+    ----------
+    graph : SimGraph
+        The prepared op graph (:func:`simulate.prepare.prepare`).
+    cluster : ClusterModel
+        Link bandwidths, HTTP/2 window and grpc flow control.
+    config : SimConfig
+        The run's settings; ``config.seed`` fixes which profiled steps are replayed, and
+        the same seed gives the same result.
+
+    Returns
+    -------
+    SimRun
+
+    Raises
+    ------
+    UsageError
+        When the colocation places another number of servers than the graph has.
+    """
+    # Imported here, not at the top: importing numba takes some 0.2 s, which commands and
+    # modules that never simulate need not pay.
     from simulate.kernel import run_kernel
 
     inputs = kernel_inputs(graph, cluster, config)
+    out = kernel_outputs(inputs)
     started = time.perf_counter()
-    step_start, step_end, op_events, n_trace = run_kernel(**inputs)
+    op_events, n_trace = run_kernel(inputs, out)
+    # The trace has room for two chunks per op (http2 cuts a stream once); grpc can cut one
+    # at every window edge. A full trace may have dropped chunks: run again with more room
+    # (the run is deterministic, so the rerun is the same run, traced whole).
+    while config.trace_steps and n_trace == out.trace_op.shape[0]:
+        out = kernel_outputs(inputs, trace_capacity=2 * max(n_trace, 1))
+        op_events, n_trace = run_kernel(inputs, out)
     wall = time.perf_counter() - started
     trace = None
     if config.trace_steps:
-        tw, to, tt = inputs["trace_w"][:n_trace], inputs["trace_op"][:n_trace], inputs["trace_t"][:n_trace]
+        tw, to, tt = out.trace_worker_step_slot[:n_trace], out.trace_op[:n_trace], out.trace_span_s[:n_trace]
         trace = {"worker": tw[:, 0], "step": tw[:, 1], "slot": tw[:, 2], "op": to, "start_s": tt[:, 0],
                  "end_s": tt[:, 1]}
-    return SimRun(config, graph, step_start, step_end, int(op_events), wall, trace)
+    return SimRun(config, graph, out.step_start_s, out.step_end_s, int(op_events), wall, trace)

@@ -1,11 +1,11 @@
 """The compiled event loop of the trace-generation simulation (ICPE Alg. 3.1, TPDS Alg. 1).
 
-The semantics are those of SPEC §3 ("precise semantics"); the data layout is chosen for
+The semantics are those of docs/model.md §2.5 ("precise semantics"); the data layout is chosen for
 speed:
 
 - One **chunk slot** per (worker, resource): ``g = w * n_slots + slot``, with slots ordered
   DOWNLINK_0..M-1, WORKER, UPLINK_0..M-1, PS_0..M-1, so that ``g`` orders ties exactly as
-  SPEC's (time, worker, resource) rule. A slot runs at most one chunk.
+  the (time, worker, resource) rule of docs/model.md §2.4. A slot runs at most one chunk.
 - An **indexed binary heap** over the busy slots, keyed by (finish time, g): O(log G) per
   event, at most one entry per slot, no stale entries.
 - A chunk keeps its remaining work, its rate and the time both were last set. Rates
@@ -14,7 +14,7 @@ speed:
   and re-keyed. Everything else is untouched.
 - Ready ops wait in a ring buffer per slot (FIFO, and HTTP/2's round of streams), or, for
   an enforced transfer order, in a binary heap keyed by (priority, sequence number).
-- ``grpc`` links (SPEC §3) keep per-connection flow control: the bytes in flight that the
+- ``grpc`` links (docs/model.md §3.4) keep per-connection flow control: the bytes in flight that the
   receiver has not yet returned by WINDOW_UPDATE, per connection and per stream. A chunk
   is as much of the head stream as both windows allow. Its bytes come back one
   window-update delay after it ends, through a ring buffer per link slot (returns are
@@ -24,108 +24,714 @@ speed:
 
 Work is in bytes for transfers and in seconds for computation; a rate is bytes/s or
 seconds of work per second.
+
+The code reads top-down: :func:`run_kernel` and its event loop, then the helpers of each
+phase, then the heap, queue, link and host operations: small functions that numba inlines,
+so that the loop compiles into one function without calls. The inputs and outputs are
+:class:`simulate.engine.KernelInputs` and :class:`simulate.engine.KernelOutputs`; the
+loop's own state is a :class:`State` of the small named tuples defined here, allocated by
+:func:`new_state`.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import numpy as np
 from numba import njit
+from numba.core.cpu import CPUTargetOptions
 
-SCHED_FIFO, SCHED_HTTP2, SCHED_PRIORITY, SCHED_GRPC = 0, 1, 2, 3
-SHARE_PS, SHARE_FCFS, SHARE_FLOW_CAP, SHARE_NONE = 0, 1, 2, 3
+from simulate.codes import Action, Scheduler, Share
 
-# counters[...] indices
-_SEQ, _EVENT, _OP_EVENTS, _HLEN, _NPEND, _NDIRTY_L, _NDIRTY_H, _NTRACE, _DONE = range(9)
+if TYPE_CHECKING:
+    from simulate.engine import KernelInputs, KernelOutputs
+
+# A helper is inlined into the loop's IR, and compiled with the loop's options (_event_loop).
+_inline = njit(inline="always")
+
+NO_OP = -1  # a slot without a chunk; a window return that resumes no stream
+RETURN_HEADROOM = 8  # window returns a grpc slot has room for beyond two per queued op
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _before(ev_t, a, b):
-    ta = ev_t[a]
-    tb = ev_t[b]
+class Heap(NamedTuple):
+    """An indexed binary min-heap of event entries, keyed by (time, entry).
+
+    Entries ``0..G-1`` are chunk slots (the chunk's finish time), ``G..2G-1`` the
+    window-return timers of grpc link slots, ``2G..2G+W-1`` the workers' delayed starts.
+    """
+
+    entry: np.ndarray  # the entries, in heap order
+    pos: np.ndarray    # each entry's index in ``entry``; -1 when it is not in the heap
+    t_s: np.ndarray    # each entry's key time
+    size: np.ndarray   # one element (an array, so that a helper can change it): the entries in the heap
+
+
+class Chunks(NamedTuple):
+    """The chunk each slot runs, and the slots whose rates the current event settles."""
+
+    op: np.ndarray          # the chunk's op, NO_OP when the slot is idle
+    last: np.ndarray        # True when the chunk ends its op (a cut or paused stream has more)
+    rem: np.ndarray         # work left (bytes or seconds) as of ``set_s``
+    rate: np.ndarray        # work per second since ``set_s``
+    set_s: np.ndarray       # when ``rem`` and ``rate`` were last set
+    start_s: np.ndarray     # when the chunk started (for the trace)
+    size_bytes: np.ndarray  # a grpc chunk's bytes, returned to the windows after it ends
+    stamp: np.ndarray       # the last event that put the slot on ``dirty``
+    dirty: np.ndarray       # the slots whose rates the current event settles
+
+
+class Queues(NamedTuple):
+    """Each slot's ready ops, in one flat buffer from ``base[g]``: a FIFO ring buffer, or for
+    ``Scheduler.PRIORITY`` a binary heap keyed by (priority, sequence number)."""
+
+    prio: np.ndarray  # heap only: the op's priority
+    seq: np.ndarray   # heap only: the order ops were queued in, to break priority ties
+    op: np.ndarray
+    n: np.ndarray     # per slot: ops queued
+    head: np.ndarray  # per slot: the ring buffer's first op
+    base: np.ndarray  # per slot: where its part of the buffer begins
+
+
+class Streams(NamedTuple):
+    """Per (worker, op) of a link: the stream that carries the op's bytes."""
+
+    rem_bytes: np.ndarray   # bytes not yet taken into a chunk
+    served: np.ndarray      # HTTP/2: the first service (one window) is done
+    sent_bytes: np.ndarray  # grpc: bytes the receiver has not yet returned to the stream's window
+    paused: np.ndarray      # grpc: waiting for its own window to come back
+
+
+class Flow(NamedTuple):
+    """grpc flow control per link slot: the connection's bytes in flight, and its pending
+    window returns (a ring buffer per slot, from ``ret_off[slot]`` in each worker's part)."""
+
+    conn_bytes: np.ndarray  # per slot g: bytes the receiver has not yet returned to the connection
+    ret_t_s: np.ndarray     # when the receiver's WINDOW_UPDATE gives the bytes back
+    ret_bytes: np.ndarray
+    ret_op: np.ndarray      # the stream to credit too, NO_OP once its op is done
+    ret_head: np.ndarray    # per slot g
+    ret_n: np.ndarray       # per slot g
+    ret_cap: np.ndarray     # per slot of the layout (0 for slots that are not grpc links)
+    ret_off: np.ndarray     # per slot of the layout, and the total at ``n_slots``
+
+
+class Links(NamedTuple):
+    """The workers busy on each link, in the order they became busy (FCFS needs it)."""
+
+    workers: np.ndarray  # (L, W): the first ``n[link]`` entries
+    n: np.ndarray
+    member: np.ndarray   # (L, W)
+    mark: np.ndarray     # the link's set of busy workers changed during this event
+    slot: np.ndarray     # the link's slot in a worker's layout
+    taken: np.ndarray    # scratch of _link_share: the servers already given a share
+
+
+class Hosts(NamedTuple):
+    """The busy computation slots on each host, when tasks share hosts (docs/model.md §4.3)."""
+
+    slots: np.ndarray  # (H, G): the first ``n[h]`` entries, in no particular order
+    n: np.ndarray
+    pos: np.ndarray    # per slot g: its index in ``slots``, -1 when not busy
+    mark: np.ndarray   # the host's set of busy slots changed during this event
+
+
+class Steps(NamedTuple):
+    """Each worker's progress through its current step."""
+
+    waiting: np.ndarray   # per (worker, op): predecessors not yet done
+    ops_left: np.ndarray  # per worker
+    k: np.ndarray         # per worker: the step it is in
+    roots: np.ndarray     # the ops without predecessors
+
+
+class Actions(NamedTuple):
+    """The actions of one event (``kind``: an :class:`~simulate.codes.Action`), in order."""
+
+    kind: np.ndarray
+    w: np.ndarray
+    x: np.ndarray  # the op, or for Action.SLOT_FREE the slot
+
+
+class State(NamedTuple):
+    """Everything the event loop keeps between events, apart from a few scalars."""
+
+    heap: Heap
+    chunks: Chunks
+    queues: Queues
+    streams: Streams
+    flow: Flow
+    links: Links
+    hosts: Hosts
+    steps: Steps
+    actions: Actions
+
+
+# ---- the loop
+
+def run_kernel(inp: KernelInputs, out: KernelOutputs) -> tuple[int, int]:
+    """Simulate every worker's steps; return (op-events, trace rows written).
+
+    ``inp`` is a :class:`simulate.engine.KernelInputs`; the step times and the trace go to
+    ``out``, a :class:`simulate.engine.KernelOutputs`.
+    """
+    return _event_loop(inp, new_state(inp), out)
+
+
+# error_model="numpy": a division by zero gives inf or nan as in NumPy, with no check on
+# every division of the hot loop. cache=True: compiling the loop takes seconds, loading it
+# from numba's on-disk cache a fraction of one.
+# _nrt=False turns numba's reference counting off. With it on, each time a named tuple of
+# arrays is handed to an inlined helper, numba increments and later decrements the count of
+# each of its arrays (atomic operations that its pruning pass cannot remove across the
+# helpers' loops): the loop ran at 0.15 M op-events/s instead of 20 M. With it off, the
+# loop must not allocate or return an array, and has no need to: every array is the
+# caller's, alive for the whole call. The option is numba's own but private (numba 0.60 to
+# 0.68 have it): a numba without it still compiles the loop, only slower, and
+# tests/test_engine.py says which one ran.
+NRT_OFF = {"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {}
+
+
+@njit(cache=True, error_model="numpy", **NRT_OFF)
+def _event_loop(inp, st, out):
+    """The event loop of :func:`run_kernel`, from the state ``st`` of :func:`new_state`.
+
+    Each event runs three phases. (1) The event itself: a chunk ends (its op releases its
+    dependents, in successor order, and its slot is free for its next chunk), a grpc
+    link's window comes back, or a worker starts its first step; each yields actions.
+    (2) Every action either queues an op or starts a chunk; links and hosts whose set of
+    busy workers changed are marked, and a step that ended starts the next one's roots as
+    further actions. (3) The chunks on marked links and hosts, and the new chunks, get their
+    rates and finish times; only phase (3) moves chunks in the event heap.
+
+    The loop begins at phase (2), with the roots of the workers that start at time 0 as
+    actions; a worker that starts later does so through its heap entry ``2G + w`` (at one
+    instant, chunk ends come first, then window returns, then starts).
+    """
+    n_workers = inp.samples.shape[0]
+    G = n_workers * inp.n_slots
+    coupled = inp.n_servers > 1 and (inp.share == Share.PS or inp.share == Share.FLOW_CAP)
+    n_act = 0
+    for w in range(n_workers):
+        if inp.start_at_s[w] > 0.0:
+            _heap_set(st.heap, 2 * G + w, inp.start_at_s[w])
+        else:
+            n_act = _start_step(inp, out, st, n_act, w, 0.0)
+    now = 0.0
+    ended_w = -1  # the worker whose chunk ended at this event; -1 after a timer, and at first
+    ended_g = -1
+    seq = 0
+    done = 0
+    event = 0
+    op_events = 0
+    n_trace = 0
+
+    while True:
+        # (2)
+        n_new, seq, done = _carry_out_actions(inp, out, st, n_act, ended_w, now, seq, done)
+        if ended_w >= 0 and st.chunks.op[ended_g] < 0:
+            _heap_remove(st.heap, ended_g)  # it took no new chunk (see _finish_chunk)
+        # (3)
+        event += 1
+        _settle_rates(inp, st, n_new, event, coupled, now)
+        # (1)
+        if st.heap.size[0] == 0:
+            break
+        g = st.heap.entry[0]
+        if st.heap.t_s[g] == np.inf:
+            break  # nothing can progress (cannot happen with the sharing models here)
+        now = st.heap.t_s[g]
+        ended_w = -1
+        if g >= 2 * G:
+            _heap_remove(st.heap, g)
+            n_act = _start_step(inp, out, st, 0, g - 2 * G, now)
+        elif g >= G:
+            n_act = _return_windows(inp, st, g - G, g, now)
+        else:
+            n_act, ended_w, n_trace, op_done = _finish_chunk(inp, out, st, g, n_trace, now)
+            op_events += op_done
+            ended_g = g
+    return op_events, n_trace
+
+
+# ---- phase 1: the next event
+
+@_inline
+def _record_trace(inp, out, st, w, slot, g, n_trace, now):
+    """Record chunk ``g`` of worker ``w``, ending now, if its step is traced; return the count."""
+    k = st.steps.k[w]
+    if k < inp.trace_steps and n_trace < out.trace_op.shape[0]:
+        out.trace_worker_step_slot[n_trace, 0] = w
+        out.trace_worker_step_slot[n_trace, 1] = k
+        out.trace_worker_step_slot[n_trace, 2] = slot
+        out.trace_op[n_trace] = st.chunks.op[g]
+        out.trace_span_s[n_trace, 0] = st.chunks.start_s[g]
+        out.trace_span_s[n_trace, 1] = now
+        n_trace += 1
+    return n_trace
+
+
+@_inline
+def _return_window_later(inp, st, w, slot, g, op, timer, now):
+    """A grpc chunk ended: the receiver returns its bytes one update delay from now (through
+    the heap entry ``timer``). A stream that is not finished either waits for its own window
+    (paused) or, held up only by the connection window, stays at the head of the queue."""
+    flow = st.flow
+    d = inp.link_direction[inp.slot_link[slot]]
+    last = st.chunks.last[g]
+    if last and st.chunks.size_bytes[g] == 0.0:
+        # Nothing to give back and no stream to resume: a return would only take a place in
+        # the buffer, and steps of nothing but empty chunks (all-reduce downlinks) would fill it.
+        return
+    cap = flow.ret_cap[slot]
+    if flow.ret_n[g] == cap:
+        raise ValueError("grpc window-return buffer overflow")
+    base = w * flow.ret_off[inp.n_slots] + flow.ret_off[slot]
+    tail = flow.ret_head[g] + flow.ret_n[g]
+    if tail >= cap:
+        tail -= cap
+    flow.ret_t_s[base + tail] = now + inp.flow_update_delay_s[d]
+    flow.ret_bytes[base + tail] = st.chunks.size_bytes[g]
+    flow.ret_op[base + tail] = NO_OP if last else op
+    flow.ret_n[g] += 1
+    if flow.ret_n[g] == 1:
+        _heap_set(st.heap, timer, now + inp.flow_update_delay_s[d])
+    if not last:
+        k = w * inp.in_degree.shape[0] + op
+        if st.streams.sent_bytes[k] >= _window(inp, d, now):
+            st.streams.paused[k] = True
+        else:
+            _ring_push_front(st.queues, inp.slot_queue_cap[slot], g, op)
+
+
+@_inline
+def _release_successors(inp, st, w, op, n_act):
+    """Op ``op`` of worker ``w`` is done: its successors whose predecessors are all done
+    become ready, in successor order."""
+    n_ops = inp.in_degree.shape[0]
+    for e in range(inp.succ_ptr[op], inp.succ_ptr[op + 1]):
+        d = inp.succ_idx[e]
+        j = w * n_ops + d
+        st.steps.waiting[j] -= 1
+        if st.steps.waiting[j] == 0:
+            n_act = _act(st.actions, n_act, Action.OP_READY, w, d)
+    return n_act
+
+
+@_inline
+def _finish_chunk(inp, out, st, g, n_trace, now):
+    """Phase 1 for the chunk on slot ``g``, ending at ``now``. Returns (n_act, its worker,
+    n_trace, 1 if it ended its op else 0).
+
+    The slot stays in the heap: if it takes a new chunk, phase 3 re-keys it in place (one
+    sift instead of a pop and a push); if it goes idle, the loop removes it after phase 2.
+    """
+    n_slots = inp.n_slots
+    w = g // n_slots
+    slot = g - w * n_slots
+    op = st.chunks.op[g]
+    n_trace = _record_trace(inp, out, st, w, slot, g, n_trace, now)
+    st.chunks.op[g] = NO_OP
+    n_act = 0
+    if inp.slot_scheduler[slot] == Scheduler.GRPC:
+        _return_window_later(inp, st, w, slot, g, op, inp.samples.shape[0] * n_slots + g, now)
+    op_done = 0
+    if st.chunks.last[g]:
+        st.steps.ops_left[w] -= 1
+        op_done = 1
+        n_act = _release_successors(inp, st, w, op, n_act)
+    n_act = _act(st.actions, n_act, Action.SLOT_FREE, w, slot)
+    return n_act, w, n_trace, op_done
+
+
+@_inline
+def _return_windows(inp, st, gl, timer, now):
+    """Phase 1 for grpc link slot ``gl``'s window-return timer: the returns due by ``now``
+    give their bytes back to the connection and their streams; a paused stream back within
+    its window resumes. Returns n_act."""
+    flow = st.flow
+    n_slots = inp.n_slots
+    w = gl // n_slots
+    slot = gl - w * n_slots
+    d = inp.link_direction[inp.slot_link[slot]]
+    base = w * flow.ret_off[n_slots] + flow.ret_off[slot]
+    n_act = 0
+    while flow.ret_n[gl] > 0 and flow.ret_t_s[base + flow.ret_head[gl]] <= now:
+        j = base + flow.ret_head[gl]
+        flow.conn_bytes[gl] -= flow.ret_bytes[j]
+        op = flow.ret_op[j]
+        if op >= 0:
+            k = w * inp.in_degree.shape[0] + op
+            st.streams.sent_bytes[k] -= flow.ret_bytes[j]
+            if st.streams.paused[k] and st.streams.sent_bytes[k] < _window(inp, d, now):
+                st.streams.paused[k] = False
+                n_act = _act(st.actions, n_act, Action.STREAM_RESUMES, w, op)
+        flow.ret_head[gl] += 1
+        if flow.ret_head[gl] == flow.ret_cap[slot]:
+            flow.ret_head[gl] = 0
+        flow.ret_n[gl] -= 1
+    if flow.ret_n[gl] > 0:
+        _heap_set(st.heap, timer, flow.ret_t_s[base + flow.ret_head[gl]])
+    else:
+        _heap_remove(st.heap, timer)
+    # The connection may have window again for the head of the queue.
+    n_act = _act(st.actions, n_act, Action.SLOT_FREE, w, slot)
+    return n_act
+
+
+# ---- phase 2: carry out the actions
+
+@_inline
+def _queue_unless_idle(inp, st, kind, w, op, slot, now, seq):
+    """An op became ready (or a paused stream resumed): queue it behind its slot's chunk and
+    queue, or return it to start now; returns (op to start or NO_OP, next sequence number)."""
+    g = w * inp.n_slots + slot
+    if kind == Action.OP_READY and inp.slot_link[slot] >= 0:
+        k = w * inp.in_degree.shape[0] + op
+        st.streams.rem_bytes[k] = inp.work[inp.samples[w, st.steps.k[w]], op]
+        st.streams.served[k] = False
+        st.streams.sent_bytes[k] = 0.0
+    if st.chunks.op[g] >= 0 or st.queues.n[g] > 0 or _grpc_blocked(inp, st.flow, slot, g, now):
+        if inp.slot_scheduler[slot] == Scheduler.PRIORITY:
+            _q_push(st.queues, g, inp.priority[op], seq, op)
+            seq += 1
+        else:
+            _ring_append(st.queues, inp.slot_queue_cap[slot], g, op)
+        return NO_OP, seq
+    return op, seq
+
+
+@_inline
+def _next_queued_op(inp, st, w, slot, now):
+    """Slot ``slot`` of worker ``w`` has no chunk: return its next op, or NO_OP after taking
+    the worker off the slot's link or host (nothing to send, or a grpc connection out of
+    window)."""
+    g = w * inp.n_slots + slot
+    if st.chunks.op[g] >= 0:  # an op that became ready during this event took it already
+        return NO_OP
+    if st.queues.n[g] > 0 and not _grpc_blocked(inp, st.flow, slot, g, now):
+        if inp.slot_scheduler[slot] == Scheduler.PRIORITY:
+            return _q_pop(st.queues, g)
+        return _ring_pop(st.queues, inp.slot_queue_cap[slot], g)
+    link = inp.slot_link[slot]
+    if link >= 0:
+        if st.links.member[link, w]:  # else already off (a grpc connection waiting for its window)
+            _leave_link(st.links, link, w)
+    else:
+        h = inp.slot_host[g]
+        if h >= 0:
+            _leave_host(st.hosts, h, g)
+    return NO_OP
+
+
+@_inline
+def _link_chunk(inp, st, w, slot, g, op, now):
+    """How much of stream ``op`` the next chunk on link slot ``g`` carries; returns
+    (bytes, whether the chunk ends the op)."""
+    k = w * inp.in_degree.shape[0] + op
+    rem = st.streams.rem_bytes[k]
+    sched = inp.slot_scheduler[slot]
+    if sched == Scheduler.HTTP2 and not st.streams.served[k] and rem > inp.win_bytes:
+        # ICPE Fig. 12: the first service sends one window; the stream goes to the back of
+        # the queue as this chunk is taken (docs/model.md §3.2), and its second service sends the rest.
+        st.streams.served[k] = True
+        st.streams.rem_bytes[k] = rem - inp.win_bytes
+        _ring_append(st.queues, inp.slot_queue_cap[slot], g, op)
+        return inp.win_bytes, False
+    if sched == Scheduler.GRPC:
+        # As much of the head stream as the stream and connection windows allow.
+        win = _window(inp, inp.link_direction[inp.slot_link[slot]], now)
+        chunk = rem
+        if win - st.streams.sent_bytes[k] < chunk:
+            chunk = win - st.streams.sent_bytes[k]
+        if win - st.flow.conn_bytes[g] < chunk:
+            chunk = win - st.flow.conn_bytes[g]
+        st.streams.sent_bytes[k] += chunk
+        st.flow.conn_bytes[g] += chunk
+        st.streams.rem_bytes[k] = rem - chunk
+        st.chunks.size_bytes[g] = chunk
+        return chunk, st.streams.rem_bytes[k] <= 0.0
+    st.streams.rem_bytes[k] = 0.0
+    return rem, True
+
+
+@_inline
+def _start_chunk(inp, st, w, slot, op, now):
+    """Start op ``op``'s next chunk on slot ``slot`` of worker ``w``, joining the slot's link or
+    host; return the chunk slot ``g``. Its rate is settled in phase 3."""
+    g = w * inp.n_slots + slot
+    link = inp.slot_link[slot]
+    if link >= 0:
+        chunk, last = _link_chunk(inp, st, w, slot, g, op, now)
+        if not st.links.member[link, w]:
+            _join_link(st.links, link, w)
+    else:
+        chunk = inp.work[inp.samples[w, st.steps.k[w]], op]
+        last = True
+        h = inp.slot_host[g]
+        if h >= 0 and st.hosts.pos[g] < 0:
+            _join_host(st.hosts, h, g)
+    st.chunks.op[g] = op
+    st.chunks.last[g] = last
+    st.chunks.rem[g] = chunk
+    st.chunks.rate[g] = 0.0
+    st.chunks.set_s[g] = now
+    st.chunks.start_s[g] = now
+    return g
+
+
+@_inline
+def _start_step(inp, out, st, n_act, w, now):
+    """Worker ``w`` starts its next step at ``now``: its roots become ready actions."""
+    n_ops = inp.in_degree.shape[0]
+    base = w * n_ops
+    for op in range(n_ops):  # not a slice assignment: numba compiles that with a copy's allocation
+        st.steps.waiting[base + op] = inp.in_degree[op]
+    st.steps.ops_left[w] = n_ops
+    out.step_start_s[w, st.steps.k[w]] = now
+    for r in st.steps.roots:
+        n_act = _act(st.actions, n_act, Action.OP_READY, w, r)
+    return n_act
+
+
+@_inline
+def _end_step(inp, out, st, n_act, w, done, now):
+    """If worker ``w`` has no op left, its step ends at ``now`` and the next one starts: its
+    own (async), or every worker's once all are done (sync, a barrier). Returns (n_act, the
+    workers done at the barrier)."""
+    if st.steps.ops_left[w] > 0:
+        return n_act, done
+    n_workers, n_steps = inp.samples.shape
+    k = st.steps.k[w]
+    out.step_end_s[w, k] = now
+    st.steps.k[w] = k + 1
+    first, count = w, 0
+    if not inp.sync:
+        if k + 1 < n_steps:
+            count = 1
+    else:
+        done += 1
+        if done == n_workers and k + 1 < n_steps:
+            done = 0
+            first, count = 0, n_workers
+    for v in range(first, first + count):
+        n_act = _start_step(inp, out, st, n_act, v, now)
+    return n_act, done
+
+
+@_inline
+def _carry_out_actions(inp, out, st, n_act, ended_w, now, seq, done):
+    """Phase 2: carry out the event's actions in order: each queues an op or starts a chunk.
+
+    ``ended_w`` is the worker whose chunk ended (-1 after a timer or at the start). Its
+    step can end only once the ended op's dependents are queued; the next step's roots are
+    then further actions. Returns (new chunks, next sequence number, workers done at the
+    barrier); the new chunk slots are ``st.chunks.dirty[:new chunks]``.
+    """
+    n_new = 0
+    i = 0
+    step_checked = ended_w < 0
+    while True:
+        while i < n_act:
+            w = st.actions.w[i]
+            kind = st.actions.kind[i]
+            if kind == Action.SLOT_FREE:
+                slot = st.actions.x[i]
+                op = _next_queued_op(inp, st, w, slot, now)
+            else:
+                slot = inp.op_slot[st.actions.x[i]]
+                op, seq = _queue_unless_idle(inp, st, kind, w, st.actions.x[i], slot, now, seq)
+            if op >= 0:
+                st.chunks.dirty[n_new] = _start_chunk(inp, st, w, slot, op, now)
+                n_new += 1
+            i += 1
+        if step_checked:
+            break
+        step_checked = True
+        n_act, done = _end_step(inp, out, st, n_act, ended_w, done, now)
+    return n_new, seq, done
+
+
+# ---- phase 3: settle rates
+
+@_inline
+def _add_sharers(inp, st, n_dirty, event, coupled):
+    """Append to ``st.chunks.dirty`` the chunks on every marked link and host, once each;
+    return the new count."""
+    n_slots = inp.n_slots
+    chunks, links, hosts = st.chunks, st.links, st.hosts
+    n_links = inp.link_capacity_Bps.shape[0]
+    if coupled:
+        for link in range(n_links):
+            if links.mark[link]:
+                # Shares are coupled across the servers of one direction (ICPE §5).
+                d = inp.link_direction[link]
+                for m in range(inp.n_servers):
+                    links.mark[d * inp.n_servers + m] = True
+    for link in range(n_links):
+        if links.mark[link]:
+            links.mark[link] = False
+            s = links.slot[link]
+            for j in range(links.n[link]):
+                g = links.workers[link, j] * n_slots + s
+                if chunks.stamp[g] != event:
+                    chunks.stamp[g] = event
+                    chunks.dirty[n_dirty] = g
+                    n_dirty += 1
+    for h in range(inp.host_cores.shape[0]):
+        if hosts.mark[h]:
+            hosts.mark[h] = False
+            for j in range(hosts.n[h]):
+                g = hosts.slots[h, j]
+                if chunks.stamp[g] != event:
+                    chunks.stamp[g] = event
+                    chunks.dirty[n_dirty] = g
+                    n_dirty += 1
+    return n_dirty
+
+
+@_inline
+def _rerate(inp, st, g, now):
+    """Bring chunk ``g``'s remaining work up to ``now``, give it its current rate, and re-key
+    it in the heap at its finish time."""
+    chunks = st.chunks
+    rem = chunks.rem[g]
+    elapsed = now - chunks.set_s[g]
+    if elapsed > 0.0:
+        rem -= chunks.rate[g] * elapsed
+        if rem < 0.0:
+            rem = 0.0
+    w = g // inp.n_slots
+    slot = g - w * inp.n_slots
+    link = inp.slot_link[slot]
+    if link >= 0:
+        rate = inp.link_capacity_Bps[link] * _link_share(inp, st.links, w, link)
+        if inp.share == Share.FLOW_CAP and rate > inp.flow_cap_Bps:
+            rate = inp.flow_cap_Bps
+    else:
+        rate = 1.0  # a second of work per second, unless the host's cores are oversubscribed
+        h = inp.slot_host[g]
+        if h >= 0 and st.hosts.n[h] > inp.host_cores[h]:
+            rate = inp.host_cores[h] / st.hosts.n[h]
+    chunks.rem[g] = rem
+    chunks.rate[g] = rate
+    chunks.set_s[g] = now
+    if rem <= 0.0:
+        t = now
+    elif rate > 0.0:
+        t = now + rem / rate
+    else:
+        t = np.inf
+    _heap_set(st.heap, g, t)
+
+
+@_inline
+def _settle_rates(inp, st, n_new, event, coupled, now):
+    """Phase 3: new rates and finish times for the new chunks and the chunks that share a
+    link or host whose set of busy workers changed. The only phase that moves chunks in
+    the heap."""
+    for j in range(n_new):
+        st.chunks.stamp[st.chunks.dirty[j]] = event
+    n_dirty = _add_sharers(inp, st, n_new, event, coupled)
+    for j in range(n_dirty):
+        _rerate(inp, st, st.chunks.dirty[j], now)
+
+
+# ---- the event heap
+
+@_inline
+def _before(t_s, a, b):
+    ta = t_s[a]
+    tb = t_s[b]
     return ta < tb or (ta == tb and a < b)
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _sift_up(heap, hpos, ev_t, i):
-    g = heap[i]
+@_inline
+def _sift_up(heap, i):
+    entry, pos, t_s = heap.entry, heap.pos, heap.t_s
+    g = entry[i]
     while i > 0:
         p = (i - 1) >> 1
-        q = heap[p]
-        if _before(ev_t, g, q):
-            heap[i] = q
-            hpos[q] = i
+        q = entry[p]
+        if _before(t_s, g, q):
+            entry[i] = q
+            pos[q] = i
             i = p
         else:
             break
-    heap[i] = g
-    hpos[g] = i
+    entry[i] = g
+    pos[g] = i
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _sift_down(heap, hpos, ev_t, i, n):
-    g = heap[i]
+@_inline
+def _sift_down(heap, i, n):
+    entry, pos, t_s = heap.entry, heap.pos, heap.t_s
+    g = entry[i]
     while True:
         c = 2 * i + 1
         if c >= n:
             break
-        if c + 1 < n and _before(ev_t, heap[c + 1], heap[c]):
+        if c + 1 < n and _before(t_s, entry[c + 1], entry[c]):
             c += 1
-        q = heap[c]
-        if _before(ev_t, q, g):
-            heap[i] = q
-            hpos[q] = i
+        q = entry[c]
+        if _before(t_s, q, g):
+            entry[i] = q
+            pos[q] = i
             i = c
         else:
             break
-    heap[i] = g
-    hpos[g] = i
+    entry[i] = g
+    pos[g] = i
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _heap_set(heap, hpos, ev_t, counters, g, t):
-    """Insert slot ``g`` with finish time ``t``, or move it if present."""
-    i = hpos[g]
+@_inline
+def _heap_set(heap, g, t):
+    """Insert entry ``g`` with time ``t``, or move it if present."""
+    i = heap.pos[g]
     if i < 0:
-        n = counters[_HLEN]
-        heap[n] = g
-        hpos[g] = n
-        counters[_HLEN] = n + 1
-        ev_t[g] = t
-        _sift_up(heap, hpos, ev_t, n)
+        n = heap.size[0]
+        heap.entry[n] = g
+        heap.pos[g] = n
+        heap.size[0] = n + 1
+        heap.t_s[g] = t
+        _sift_up(heap, n)
     else:
-        old = ev_t[g]
-        ev_t[g] = t
+        old = heap.t_s[g]
+        heap.t_s[g] = t
         if t < old:
-            _sift_up(heap, hpos, ev_t, i)
+            _sift_up(heap, i)
         else:
-            _sift_down(heap, hpos, ev_t, i, counters[_HLEN])
+            _sift_down(heap, i, heap.size[0])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _heap_remove(heap, hpos, ev_t, counters, g):
-    """Take slot ``g`` out of the heap."""
-    i = hpos[g]
-    n = counters[_HLEN] - 1
-    counters[_HLEN] = n
-    hpos[g] = -1
+@_inline
+def _heap_remove(heap, g):
+    """Take entry ``g`` out of the heap."""
+    i = heap.pos[g]
+    n = heap.size[0] - 1
+    heap.size[0] = n
+    heap.pos[g] = -1
     if i < n:
-        moved = heap[n]
-        heap[i] = moved
-        hpos[moved] = i
-        _sift_down(heap, hpos, ev_t, i, n)
-        _sift_up(heap, hpos, ev_t, hpos[moved])
+        moved = heap.entry[n]
+        heap.entry[i] = moved
+        heap.pos[moved] = i
+        _sift_down(heap, i, n)
+        _sift_up(heap, heap.pos[moved])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
+# ---- the ready queues
+
+@_inline
 def _q_before(qp, qs, a, b):
     return qp[a] < qp[b] or (qp[a] == qp[b] and qs[a] < qs[b])
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _q_push(qp, qs, qo, qlen, qbase, g, prio, seq, op):
-    base = qbase[g]
-    i = qlen[g]
-    qlen[g] = i + 1
+@_inline
+def _q_push(queues, g, prio, seq, op):
+    """Put ``op`` in slot ``g``'s priority heap."""
+    qp, qs, qo = queues.prio, queues.seq, queues.op
+    base = queues.base[g]
+    i = queues.n[g]
+    queues.n[g] = i + 1
     while i > 0:
         p = (i - 1) >> 1
         if qp[base + p] < prio or (qp[base + p] == prio and qs[base + p] < seq):
@@ -139,12 +745,14 @@ def _q_push(qp, qs, qo, qlen, qbase, g, prio, seq, op):
     qo[base + i] = op
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _q_pop(qp, qs, qo, qlen, qbase, g):
-    base = qbase[g]
+@_inline
+def _q_pop(queues, g):
+    """Take the first op out of slot ``g``'s priority heap."""
+    qp, qs, qo = queues.prio, queues.seq, queues.op
+    base = queues.base[g]
     top = qo[base]
-    n = qlen[g] - 1
-    qlen[g] = n
+    n = queues.n[g] - 1
+    queues.n[g] = n
     if n > 0:
         lp, ls, lo = qp[base + n], qs[base + n], qo[base + n]
         i = 0
@@ -167,18 +775,64 @@ def _q_pop(qp, qs, qo, qlen, qbase, g):
     return top
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir, taken):
-    """Fraction of ``link``'s bandwidth that worker ``w`` gets (SPEC §3 Share)."""
-    if sharing == SHARE_NONE:
+@_inline
+def _ring_append(queues, cap, g, op):
+    """Put ``op`` at the back of slot ``g``'s FIFO ring buffer (capacity ``cap``)."""
+    tail = queues.head[g] + queues.n[g]
+    if tail >= cap:
+        tail -= cap
+    queues.op[queues.base[g] + tail] = op
+    queues.n[g] += 1
+
+
+@_inline
+def _ring_pop(queues, cap, g):
+    """Take the op at the front of slot ``g``'s FIFO ring buffer."""
+    op = queues.op[queues.base[g] + queues.head[g]]
+    queues.head[g] += 1
+    if queues.head[g] == cap:
+        queues.head[g] = 0
+    queues.n[g] -= 1
+    return op
+
+
+@_inline
+def _ring_push_front(queues, cap, g, op):
+    """Put ``op`` back at the front of slot ``g``'s FIFO ring buffer."""
+    h = queues.head[g] - 1
+    if h < 0:
+        h += cap
+    queues.head[g] = h
+    queues.op[queues.base[g] + h] = op
+    queues.n[g] += 1
+
+
+@_inline
+def _act(actions, n_act, kind, w, x):
+    """Append an action (an :class:`~simulate.codes.Action` on op or slot ``x``) for worker ``w``;
+    return the new count."""
+    actions.kind[n_act] = kind
+    actions.w[n_act] = w
+    actions.x[n_act] = x
+    return n_act + 1
+
+
+# ---- links, hosts and windows
+
+@_inline
+def _link_share(inp, links, w, link):
+    """Fraction of ``link``'s bandwidth that worker ``w`` gets (docs/model.md §4)."""
+    if inp.share == Share.NONE:
         return 1.0
-    if sharing == SHARE_FCFS:
-        return 1.0 if link_list[link, 0] == w else 0.0
+    if inp.share == Share.FCFS:
+        return 1.0 if links.workers[link, 0] == w else 0.0
+    n_servers = inp.n_servers
     if n_servers == 1:
-        return 1.0 / link_n[link]
+        return 1.0 / links.n[link]
     # Several servers (ICPE §5, generalised): the worker's shares across the servers of one
     # direction add up to at most 1. Its most contended links take their equal share first.
-    d = link_dir[link]
+    d = inp.link_direction[link]
+    taken = links.taken
     left = 1.0
     taken[:] = False
     while True:
@@ -186,9 +840,9 @@ def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir
         best_n = -1
         for m in range(n_servers):
             other = d * n_servers + m
-            if member[other, w] and not taken[m]:
-                if link_n[other] > best_n:
-                    best_n = link_n[other]
+            if links.member[other, w] and not taken[m]:
+                if links.n[other] > best_n:
+                    best_n = links.n[other]
                     best = m
         if best < 0:
             return 0.0
@@ -201,485 +855,123 @@ def _link_share(w, link, link_n, link_list, member, sharing, n_servers, link_dir
         left -= share
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _act(act_kind, act_w, act_x, n_act, kind, w, x):
-    """Append an action (kind 0: op ``x`` ready; 1: slot ``x`` free; 2: stream ``x`` resumes) for
-    worker ``w``; return the new count."""
-    act_kind[n_act] = kind
-    act_w[n_act] = w
-    act_x[n_act] = x
-    return n_act + 1
+@_inline
+def _join_link(links, link, w):
+    links.member[link, w] = True
+    links.workers[link, links.n[link]] = w
+    links.n[link] += 1
+    links.mark[link] = True
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _ring_append(qo, qbase, qhead, qlen, cap, g, op):
-    """Put ``op`` at the back of slot ``g``'s FIFO ring buffer (capacity ``cap``)."""
-    tail = qhead[g] + qlen[g]
-    if tail >= cap:
-        tail -= cap
-    qo[qbase[g] + tail] = op
-    qlen[g] += 1
+@_inline
+def _leave_link(links, link, w):
+    # The others keep their order: FCFS serves the first of them next.
+    n = links.n[link]
+    pos = 0
+    while links.workers[link, pos] != w:
+        pos += 1
+    for j in range(pos, n - 1):
+        links.workers[link, j] = links.workers[link, j + 1]
+    links.n[link] = n - 1
+    links.member[link, w] = False
+    links.mark[link] = True
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _window(win_t, win_v, win_n, d, now):
+@_inline
+def _join_host(hosts, h, g):
+    hosts.pos[g] = hosts.n[h]
+    hosts.slots[h, hosts.n[h]] = g
+    hosts.n[h] += 1
+    hosts.mark[h] = True
+
+
+@_inline
+def _leave_host(hosts, h, g):
+    # Processor sharing needs no order: the last busy slot fills the gap.
+    pos = hosts.pos[g]
+    moved = hosts.slots[h, hosts.n[h] - 1]
+    hosts.slots[h, pos] = moved
+    hosts.pos[moved] = pos
+    hosts.n[h] -= 1
+    hosts.pos[g] = -1
+    hosts.mark[h] = True
+
+
+@_inline
+def _window(inp, d, now):
     """The receiver's window in direction ``d`` at time ``now`` (its calibrated timeline)."""
-    value = win_v[d, 0]
-    for j in range(1, win_n[d]):
-        if win_t[d, j] > now:
+    value = inp.flow_window_bytes[d, 0]
+    for j in range(1, inp.flow_window_n[d]):
+        if inp.flow_window_t_s[d, j] > now:
             break
-        value = win_v[d, j]
+        value = inp.flow_window_bytes[d, j]
     return value
 
 
-@njit(cache=True, inline="always", error_model="numpy")
-def _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n, d, now):
+@_inline
+def _grpc_blocked(inp, flow, slot, g, now):
     """True when ``g`` is a grpc link whose connection window is used up."""
-    return slot_sched[slot] == SCHED_GRPC and conn_used[g] >= _window(win_t, win_v, win_n, d, now)
+    return inp.slot_scheduler[slot] == Scheduler.GRPC and flow.conn_bytes[g] >= _window(
+        inp, inp.link_direction[max(inp.slot_link[slot], 0)], now)
 
 
-@njit(cache=True, error_model="numpy")
-def run_kernel(succ_ptr, succ_idx, in_degree, op_slot, work, priority, samples, n_slots, slot_link, slot_sched,
-               slot_cap, link_capacity, link_dir, n_servers, sharing, flow_cap, win_bytes, sync, slot_host,
-               host_cores, win_t, win_v, win_n, update_delay, start_at, trace_steps, trace_w, trace_op, trace_t):
-    """Simulate every worker's steps; return (step_start, step_end, op_events, trace_count).
+# ---- the state
 
-    ``samples[w, k]`` is the profiled step that worker ``w`` replays as its k-th step.
-    Traces (chunks of each worker's first ``trace_steps`` steps) go to ``trace_*``.
+def new_state(inp: KernelInputs) -> State:
+    """The loop's state before the first event: every slot idle, every queue empty.
 
-    ``win_t``/``win_v`` (2, K) hold each direction's window timeline (``win_n[d]`` entries,
-    times ascending, values non-decreasing) and ``update_delay[d]`` its window-update delay;
-    only ``grpc`` links use them. Worker ``w`` starts its first step at ``start_at[w]``
-    (a timer entry ``2G + w``; at one instant chunk ends come first, then window returns,
-    then starts).
-
-    Each event runs three phases. (1) The finished chunk's op releases its dependents
-    (in successor order) and its own slot takes its next chunk, as actions on a list that
-    the step logic may extend with the next step's roots. (2) Every action either queues
-    an op or starts a chunk; links and hosts whose set of busy workers changed are marked.
-    (3) The chunks on marked links and hosts, and the new chunks, get their rates and
-    finish times. Only phase (3) touches the event heap.
+    Plain NumPy, so that the compiled loop allocates nothing (see :func:`_event_loop`).
     """
-    n_ops = in_degree.shape[0]
-    n_workers, n_steps = samples.shape
-    n_links = link_capacity.shape[0]
-    n_hosts = host_cores.shape[0]
+    n_ops = inp.in_degree.shape[0]
+    n_slots = inp.n_slots
+    n_workers = inp.samples.shape[0]
+    n_links = inp.link_capacity_Bps.shape[0]
+    n_hosts = inp.host_cores.shape[0]
     G = n_workers * n_slots
-    roots = np.flatnonzero(in_degree == 0)
+    roots = np.flatnonzero(inp.in_degree == 0).astype(np.int64)
 
-    cur_op = np.full(G, -1, dtype=np.int64)
-    cur_last = np.zeros(G, dtype=np.bool_)
-    cur_rem = np.zeros(G)
-    cur_rate = np.zeros(G)
-    cur_t = np.zeros(G)
-    cur_t0 = np.zeros(G)
-    stamp = np.full(G, -1, dtype=np.int64)
-    # Heap entries 0..G-1 are chunk slots, G..2G-1 the window-return timers of grpc links,
-    # 2G..2G+W-1 the workers' delayed starts.
-    heap = np.empty(2 * G + n_workers, dtype=np.int64)
-    hpos = np.full(2 * G + n_workers, -1, dtype=np.int64)
-    ev_t = np.full(2 * G + n_workers, np.inf)
-    slot_off = np.zeros(n_slots + 1, dtype=np.int64)
-    for s in range(n_slots):
-        slot_off[s + 1] = slot_off[s] + slot_cap[s]
-    qbase = np.empty(G, dtype=np.int64)
-    for w in range(n_workers):
-        for s in range(n_slots):
-            qbase[w * n_slots + s] = w * slot_off[n_slots] + slot_off[s]
-    qtotal = n_workers * slot_off[n_slots]
-    qp = np.empty(qtotal)
-    qs = np.empty(qtotal, dtype=np.int64)
-    qo = np.empty(qtotal, dtype=np.int64)
-    qlen = np.zeros(G, dtype=np.int64)
-    qhead = np.zeros(G, dtype=np.int64)
-    srem = np.zeros(n_workers * n_ops)
-    sserved = np.zeros(n_workers * n_ops, dtype=np.bool_)
-    # grpc flow control: bytes not yet returned per stream and per connection, the paused
-    # streams, and each link slot's pending returns (time, bytes, stream op or -1).
-    ssent = np.zeros(n_workers * n_ops)
-    spaused = np.zeros(n_workers * n_ops, dtype=np.bool_)
-    conn_used = np.zeros(G)
-    cur_size = np.zeros(G)
-    ret_cap = np.zeros(n_slots, dtype=np.int64)
-    for s in range(n_slots):
-        if slot_sched[s] == SCHED_GRPC:
-            ret_cap[s] = 2 * slot_cap[s] + 8
-    ret_off = np.zeros(n_slots + 1, dtype=np.int64)
-    for s in range(n_slots):
-        ret_off[s + 1] = ret_off[s] + ret_cap[s]
+    n_entries = 2 * G + n_workers
+    heap = Heap(np.empty(n_entries, dtype=np.int64), np.full(n_entries, -1, dtype=np.int64),
+                np.full(n_entries, np.inf), np.zeros(1, dtype=np.int64))
+    chunks = Chunks(np.full(G, NO_OP, dtype=np.int64), np.zeros(G, dtype=np.bool_), np.zeros(G), np.zeros(G),
+                    np.zeros(G), np.zeros(G), np.zeros(G), np.full(G, -1, dtype=np.int64),
+                    np.zeros(G, dtype=np.int64))
+
+    # Each worker's queues side by side, slot after slot, each as long as its capacity.
+    slot_off = np.concatenate([[0], np.cumsum(inp.slot_queue_cap)]).astype(np.int64)
+    qbase = (np.arange(n_workers, dtype=np.int64)[:, None] * slot_off[n_slots] + slot_off[None, :n_slots]).ravel()
+    q_total = n_workers * slot_off[n_slots]
+    queues = Queues(np.empty(q_total), np.empty(q_total, dtype=np.int64), np.empty(q_total, dtype=np.int64),
+                    np.zeros(G, dtype=np.int64), np.zeros(G, dtype=np.int64), qbase)
+
+    n_streams = n_workers * n_ops
+    streams = Streams(np.zeros(n_streams), np.zeros(n_streams, dtype=np.bool_), np.zeros(n_streams),
+                      np.zeros(n_streams, dtype=np.bool_))
+
+    # Room for the window returns pending on a grpc slot (one per chunk ended within the last
+    # update delay): a bound chosen, not proven, so an overflow raises rather than overwrite.
+    ret_cap = np.where(inp.slot_scheduler == Scheduler.GRPC, 2 * inp.slot_queue_cap + RETURN_HEADROOM,
+                       0).astype(np.int64)
+    ret_off = np.concatenate([[0], np.cumsum(ret_cap)]).astype(np.int64)
     ret_total = max(n_workers * ret_off[n_slots], 1)
-    ret_t = np.empty(ret_total)
-    ret_b = np.empty(ret_total)
-    ret_o = np.empty(ret_total, dtype=np.int64)
-    ret_head = np.zeros(G, dtype=np.int64)
-    ret_len = np.zeros(G, dtype=np.int64)
-    waiting = np.empty(n_workers * n_ops, dtype=np.int64)
-    ops_left = np.zeros(n_workers, dtype=np.int64)
-    step_k = np.zeros(n_workers, dtype=np.int64)
-    step_start = np.zeros((n_workers, n_steps))
-    step_end = np.zeros((n_workers, n_steps))
+    flow = Flow(np.zeros(G), np.empty(ret_total), np.empty(ret_total), np.empty(ret_total, dtype=np.int64),
+                np.zeros(G, dtype=np.int64), np.zeros(G, dtype=np.int64), ret_cap, ret_off)
+
     L = max(n_links, 1)
-    link_list = np.zeros((L, n_workers), dtype=np.int64)
-    link_n = np.zeros(L, dtype=np.int64)
-    member = np.zeros((L, n_workers), dtype=np.bool_)
-    link_mark = np.zeros(L, dtype=np.bool_)
     link_slot = np.zeros(L, dtype=np.int64)
-    for s in range(n_slots):
-        if slot_link[s] >= 0:
-            link_slot[slot_link[s]] = s
-    taken = np.zeros(max(n_servers, 1), dtype=np.bool_)
+    on_link = np.flatnonzero(inp.slot_link >= 0)
+    link_slot[inp.slot_link[on_link]] = on_link
+    links = Links(np.zeros((L, n_workers), dtype=np.int64), np.zeros(L, dtype=np.int64),
+                  np.zeros((L, n_workers), dtype=np.bool_), np.zeros(L, dtype=np.bool_), link_slot,
+                  np.zeros(max(inp.n_servers, 1), dtype=np.bool_))
     H = max(n_hosts, 1)
-    host_list = np.zeros((H, G), dtype=np.int64)
-    host_n = np.zeros(H, dtype=np.int64)
-    host_pos = np.full(G, -1, dtype=np.int64)
-    host_mark = np.zeros(H, dtype=np.bool_)
-    coupled = n_servers > 1 and (sharing == SHARE_PS or sharing == SHARE_FLOW_CAP)
-    # Actions of one event: kind 0 = op ready, kind 1 = slot free to take its next chunk.
+    hosts = Hosts(np.zeros((H, G), dtype=np.int64), np.zeros(H, dtype=np.int64), np.full(G, -1, dtype=np.int64),
+                  np.zeros(H, dtype=np.bool_))
+    steps = Steps(np.empty(n_streams, dtype=np.int64), np.zeros(n_workers, dtype=np.int64),
+                  np.zeros(n_workers, dtype=np.int64), roots)
+    # At most: every worker's roots (a barrier starts them all) and its ended slot, and every
+    # op released or resumed by one event.
     cap_act = n_workers * (roots.shape[0] + 2) + n_ops + 2
-    act_kind = np.zeros(cap_act, dtype=np.int64)
-    act_w = np.zeros(cap_act, dtype=np.int64)
-    act_x = np.zeros(cap_act, dtype=np.int64)
-    pend = np.zeros(G, dtype=np.int64)
-    counters = np.zeros(9, dtype=np.int64)
-    trace_cap = trace_w.shape[0]
-    seq = 0
-    op_events = 0
-    n_trace = 0
-    done = 0
-    event = 0
-
-    now = 0.0
-    n_act = 0
-    for w in range(n_workers):
-        waiting[w * n_ops:(w + 1) * n_ops] = in_degree
-        ops_left[w] = n_ops
-        if start_at[w] > 0.0:
-            step_start[w, 0] = start_at[w]
-            _heap_set(heap, hpos, ev_t, counters, 2 * G + w, start_at[w])
-            continue
-        for r in roots:
-            n_act = _act(act_kind, act_w, act_x, n_act, 0, w, r)
-    ev_w = -1  # the worker whose chunk just finished (-1: the initial pseudo-event)
-    ev_g = -1
-    ev_timer = False
-
-    while True:
-        # ---- phase 2: carry out the actions
-        n_pend = 0
-        i = 0
-        step_checked = ev_w < 0 or ev_timer  # a window return ends no op, hence no step
-        while True:
-            while i < n_act:
-                w = act_w[i]
-                kind = act_kind[i]
-                to_start = -1
-                if kind != 1:  # 0: an op is ready; 2: a paused grpc stream got its window back
-                    op = act_x[i]
-                    slot = op_slot[op]
-                    g = w * n_slots + slot
-                    if kind == 0 and slot_link[slot] >= 0:
-                        srem[w * n_ops + op] = work[samples[w, step_k[w]], op]
-                        sserved[w * n_ops + op] = False
-                        ssent[w * n_ops + op] = 0.0
-                    if cur_op[g] >= 0 or qlen[g] > 0 or _grpc_blocked(
-                            slot_sched, slot, conn_used, g, win_t, win_v, win_n, link_dir[max(slot_link[slot], 0)],
-                            now):
-                        if slot_sched[slot] == SCHED_PRIORITY:
-                            _q_push(qp, qs, qo, qlen, qbase, g, priority[op], seq, op)
-                            seq += 1
-                        else:  # FIFO: a ring buffer
-                            _ring_append(qo, qbase, qhead, qlen, slot_cap[slot], g, op)
-                    else:
-                        to_start = op
-                else:
-                    slot = act_x[i]
-                    g = w * n_slots + slot
-                    if cur_op[g] < 0:
-                        if qlen[g] > 0 and not _grpc_blocked(slot_sched, slot, conn_used, g, win_t, win_v, win_n,
-                                                             link_dir[max(slot_link[slot], 0)], now):
-                            if slot_sched[slot] == SCHED_PRIORITY:
-                                to_start = _q_pop(qp, qs, qo, qlen, qbase, g)
-                            else:
-                                to_start = qo[qbase[g] + qhead[g]]
-                                qhead[g] += 1
-                                if qhead[g] == slot_cap[slot]:
-                                    qhead[g] = 0
-                                qlen[g] -= 1
-                        else:
-                            link = slot_link[slot]
-                            if link >= 0:
-                                if not member[link, w]:
-                                    i += 1  # already off the link (a grpc connection waiting for its window)
-                                    continue
-                                # The worker leaves the link (nothing to send, or a grpc connection
-                                # out of window); the others keep their order (FCFS).
-                                n = link_n[link]
-                                pos = 0
-                                while link_list[link, pos] != w:
-                                    pos += 1
-                                for j in range(pos, n - 1):
-                                    link_list[link, j] = link_list[link, j + 1]
-                                link_n[link] = n - 1
-                                member[link, w] = False
-                                link_mark[link] = True
-                            else:
-                                h = slot_host[g]
-                                if h >= 0:
-                                    pos = host_pos[g]
-                                    moved = host_list[h, host_n[h] - 1]
-                                    host_list[h, pos] = moved
-                                    host_pos[moved] = pos
-                                    host_n[h] -= 1
-                                    host_pos[g] = -1
-                                    host_mark[h] = True
-                if to_start >= 0:
-                    op = to_start
-                    link = slot_link[slot]
-                    last = True
-                    if link >= 0:
-                        k = w * n_ops + op
-                        rem = srem[k]
-                        if slot_sched[slot] == SCHED_HTTP2 and not sserved[k] and rem > win_bytes:
-                            # ICPE Fig. 12: the first service sends one window; the stream goes to
-                            # the back of the queue as this chunk is taken (SPEC §3), and its second
-                            # service sends the rest.
-                            chunk = win_bytes
-                            sserved[k] = True
-                            srem[k] = rem - win_bytes
-                            last = False
-                            _ring_append(qo, qbase, qhead, qlen, slot_cap[slot], g, op)
-                        elif slot_sched[slot] == SCHED_GRPC:
-                            # As much of the head stream as the stream and connection windows allow.
-                            win = _window(win_t, win_v, win_n, link_dir[link], now)
-                            chunk = rem
-                            if win - ssent[k] < chunk:
-                                chunk = win - ssent[k]
-                            if win - conn_used[g] < chunk:
-                                chunk = win - conn_used[g]
-                            ssent[k] += chunk
-                            conn_used[g] += chunk
-                            srem[k] = rem - chunk
-                            last = srem[k] <= 0.0
-                            cur_size[g] = chunk
-                        else:
-                            chunk = rem
-                            srem[k] = 0.0
-                        if not member[link, w]:
-                            member[link, w] = True
-                            link_list[link, link_n[link]] = w
-                            link_n[link] += 1
-                            link_mark[link] = True
-                    else:
-                        chunk = work[samples[w, step_k[w]], op]
-                        h = slot_host[g]
-                        if h >= 0 and host_pos[g] < 0:
-                            host_pos[g] = host_n[h]
-                            host_list[h, host_n[h]] = g
-                            host_n[h] += 1
-                            host_mark[h] = True
-                    cur_op[g] = op
-                    cur_last[g] = last
-                    cur_rem[g] = chunk
-                    cur_rate[g] = 0.0
-                    cur_t[g] = now
-                    cur_t0[g] = now
-                    pend[n_pend] = g
-                    n_pend += 1
-                i += 1
-            if step_checked:
-                break
-            step_checked = True
-            w = ev_w
-            if ops_left[w] == 0:
-                k = step_k[w]
-                step_end[w, k] = now
-                step_k[w] = k + 1
-                first, count = w, 0
-                if not sync:
-                    if k + 1 < n_steps:
-                        count = 1
-                else:
-                    done += 1
-                    if done == n_workers and k + 1 < n_steps:
-                        done = 0
-                        first, count = 0, n_workers
-                for v in range(first, first + count):
-                    waiting[v * n_ops:(v + 1) * n_ops] = in_degree
-                    ops_left[v] = n_ops
-                    step_start[v, step_k[v]] = now
-                    for r in roots:
-                        n_act = _act(act_kind, act_w, act_x, n_act, 0, v, r)
-
-        if ev_w >= 0 and not ev_timer and cur_op[ev_g] < 0:
-            _heap_remove(heap, hpos, ev_t, counters, ev_g)
-
-        # ---- phase 3: settle rates where the set of busy workers changed, and for new chunks
-        event += 1
-        for j in range(n_pend):
-            stamp[pend[j]] = event
-        if coupled:
-            for link in range(n_links):
-                if link_mark[link]:
-                    # Shares are coupled across the servers of one direction (ICPE §5).
-                    d = link_dir[link]
-                    for m in range(n_servers):
-                        link_mark[d * n_servers + m] = True
-        n_rr = n_pend
-        for link in range(n_links):
-            if link_mark[link]:
-                link_mark[link] = False
-                s = link_slot[link]
-                for j in range(link_n[link]):
-                    g = link_list[link, j] * n_slots + s
-                    if stamp[g] != event:
-                        stamp[g] = event
-                        pend[n_rr] = g
-                        n_rr += 1
-        for h in range(n_hosts):
-            if host_mark[h]:
-                host_mark[h] = False
-                for j in range(host_n[h]):
-                    g = host_list[h, j]
-                    if stamp[g] != event:
-                        stamp[g] = event
-                        pend[n_rr] = g
-                        n_rr += 1
-        for j in range(n_rr):
-            g = pend[j]
-            rem = cur_rem[g]
-            elapsed = now - cur_t[g]
-            if elapsed > 0.0:
-                rem -= cur_rate[g] * elapsed
-                if rem < 0.0:
-                    rem = 0.0
-            w = g // n_slots
-            slot = g - w * n_slots
-            link = slot_link[slot]
-            if link >= 0:
-                rate = link_capacity[link] * _link_share(w, link, link_n, link_list, member, sharing, n_servers,
-                                                         link_dir, taken)
-                if sharing == SHARE_FLOW_CAP and rate > flow_cap:
-                    rate = flow_cap
-            else:
-                rate = 1.0
-                h = slot_host[g]
-                if h >= 0 and host_n[h] > host_cores[h]:
-                    rate = host_cores[h] / host_n[h]
-            cur_rem[g] = rem
-            cur_rate[g] = rate
-            cur_t[g] = now
-            if rem <= 0.0:
-                t = now
-            elif rate > 0.0:
-                t = now + rem / rate
-            else:
-                t = np.inf
-            _heap_set(heap, hpos, ev_t, counters, g, t)
-
-        # ---- phase 1: the next chunk to finish
-        if counters[_HLEN] == 0:
-            break
-        g = heap[0]
-        if ev_t[g] == np.inf:
-            break  # nothing can progress (cannot happen with the sharing models here)
-        # The finished slot stays in the heap: if it takes a new chunk, phase 3 re-keys it in
-        # place (one sift instead of a pop and a push); if it goes idle, it is removed then.
-        now = ev_t[g]
-        if g >= 2 * G:
-            # A worker's delayed start: its first step's roots.
-            w = g - 2 * G
-            _heap_remove(heap, hpos, ev_t, counters, g)
-            n_act = 0
-            for r in roots:
-                n_act = _act(act_kind, act_w, act_x, n_act, 0, w, r)
-            ev_w = w
-            ev_g = g
-            ev_timer = True
-            continue
-        if g >= G:
-            # Window returns of grpc link slot g - G: connection bytes back, paused streams resume.
-            gl = g - G
-            w = gl // n_slots
-            slot = gl - w * n_slots
-            d = link_dir[slot_link[slot]]
-            base = w * ret_off[n_slots] + ret_off[slot]
-            n_act = 0
-            while ret_len[gl] > 0 and ret_t[base + ret_head[gl]] <= now:
-                j = base + ret_head[gl]
-                conn_used[gl] -= ret_b[j]
-                op = ret_o[j]
-                if op >= 0:
-                    kk = w * n_ops + op
-                    ssent[kk] -= ret_b[j]
-                    if spaused[kk] and ssent[kk] < _window(win_t, win_v, win_n, d, now):
-                        spaused[kk] = False
-                        n_act = _act(act_kind, act_w, act_x, n_act, 2, w, op)
-                ret_head[gl] += 1
-                if ret_head[gl] == ret_cap[slot]:
-                    ret_head[gl] = 0
-                ret_len[gl] -= 1
-            if ret_len[gl] > 0:
-                _heap_set(heap, hpos, ev_t, counters, g, ret_t[base + ret_head[gl]])
-            else:
-                _heap_remove(heap, hpos, ev_t, counters, g)
-            n_act = _act(act_kind, act_w, act_x, n_act, 1, w, slot)
-            ev_w = w
-            ev_g = g
-            ev_timer = True
-            continue
-        ev_timer = False
-        w = g // n_slots
-        slot = g - w * n_slots
-        op = cur_op[g]
-        k = step_k[w]
-        if k < trace_steps and n_trace < trace_cap:
-            trace_w[n_trace, 0] = w
-            trace_w[n_trace, 1] = k
-            trace_w[n_trace, 2] = slot
-            trace_op[n_trace] = op
-            trace_t[n_trace, 0] = cur_t0[g]
-            trace_t[n_trace, 1] = now
-            n_trace += 1
-        cur_op[g] = -1
-        n_act = 0
-        if slot_sched[slot] == SCHED_GRPC:
-            # The receiver returns this chunk's bytes one update delay from now. A stream that
-            # is not finished either waits for its own window (paused) or, held up only by the
-            # connection window, stays at the head of the queue.
-            d = link_dir[slot_link[slot]]
-            kk = w * n_ops + op
-            if ret_len[g] == ret_cap[slot]:
-                raise ValueError("grpc window-return buffer overflow")
-            base = w * ret_off[n_slots] + ret_off[slot]
-            tail = ret_head[g] + ret_len[g]
-            if tail >= ret_cap[slot]:
-                tail -= ret_cap[slot]
-            ret_t[base + tail] = now + update_delay[d]
-            ret_b[base + tail] = cur_size[g]
-            ret_o[base + tail] = -1 if cur_last[g] else op
-            ret_len[g] += 1
-            if ret_len[g] == 1:
-                _heap_set(heap, hpos, ev_t, counters, G + g, now + update_delay[d])
-            if not cur_last[g]:
-                if ssent[kk] >= _window(win_t, win_v, win_n, d, now):
-                    spaused[kk] = True
-                else:
-                    h = qhead[g] - 1
-                    if h < 0:
-                        h += slot_cap[slot]
-                    qhead[g] = h
-                    qo[qbase[g] + h] = op
-                    qlen[g] += 1
-        if cur_last[g]:
-            ops_left[w] -= 1
-            op_events += 1
-            for e in range(succ_ptr[op], succ_ptr[op + 1]):
-                d = succ_idx[e]
-                j = w * n_ops + d
-                waiting[j] -= 1
-                if waiting[j] == 0:
-                    n_act = _act(act_kind, act_w, act_x, n_act, 0, w, d)
-        n_act = _act(act_kind, act_w, act_x, n_act, 1, w, slot)
-        ev_w = w
-        ev_g = g
-    return step_start, step_end, op_events, n_trace
+    actions = Actions(np.zeros(cap_act, dtype=np.int64), np.zeros(cap_act, dtype=np.int64),
+                      np.zeros(cap_act, dtype=np.int64))
+    return State(heap, chunks, queues, streams, flow, links, hosts, steps, actions)

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from simulate.cluster import ClusterModel, OverheadPlacement
+from simulate.codes import ParseLane
 from simulate.config import Mode
 from tfbase.errors import UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
@@ -44,8 +45,9 @@ class SimGraph:
         succ_ptr, succ_idx: CSR successors, ascending; in_degree: predecessor counts.
         work: (S, n_ops) bytes for transfers, seconds for computation, per profiled step.
         priority: transfer priority (lower first) for the priority scheduler; inf if none.
-        parse_lane: 1 for parse ops on the receiver's parse lane (``OverheadPlacement.LANE``),
-            2 for parse ops that are pure delays (``DELAY``), 0 for every other op.
+        parse_lane: a :class:`~simulate.codes.ParseLane` code: ``LANE`` for parse ops on the
+            receiver's parse lane (``OverheadPlacement.LANE``), ``DELAY`` for parse ops that are
+            pure delays (``OverheadPlacement.DELAY``), ``IN_LINE`` for every other op.
         n_servers: parameter servers M; batch_size: examples per worker step.
     """
 
@@ -65,7 +67,7 @@ class SimGraph:
 
     def __post_init__(self) -> None:
         if self.parse_lane is None:
-            object.__setattr__(self, "parse_lane", np.zeros(len(self.resource), dtype=np.int8))
+            object.__setattr__(self, "parse_lane", np.full(len(self.resource), ParseLane.IN_LINE, dtype=np.int8))
 
     @property
     def n_ops(self) -> int:
@@ -219,9 +221,9 @@ def prepare(
     names = np.empty(n_new, dtype=object)
     names[new_pos] = graph.name
     names[over_pos] = np.char.add(graph.name[split].astype(str), "/parse")
-    parse_lane = np.zeros(n_new, dtype=np.int8)
-    parse_lane[over_pos] = {OverheadPlacement.COMPUTE: 0, OverheadPlacement.LANE: 1,
-                            OverheadPlacement.DELAY: 2}[cluster.overhead_placement]
+    parse_lane = np.full(n_new, ParseLane.IN_LINE, dtype=np.int8)
+    parse_lane[over_pos] = {OverheadPlacement.COMPUTE: ParseLane.IN_LINE, OverheadPlacement.LANE: ParseLane.LANE,
+                            OverheadPlacement.DELAY: ParseLane.DELAY}[cluster.overhead_placement]
     return SimGraph(
         resource=resource, server=new_server, kind=kind, origin=origin, succ_ptr=succ_ptr,
         succ_idx=dst.astype(np.int64), in_degree=in_degree, work=np.ascontiguousarray(work), priority=priority,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulate.cluster import ClusterModel
+from simulate.codes import ParseLane
 from simulate.config import Mode, Sharing, SimConfig, Transfer
 from tfprofile.dag import Resource
 
@@ -57,10 +58,11 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     res_of = [_resource_key(int(graph.resource[i]), int(graph.server[i])) for i in range(graph.n_ops)]
     # Parse lanes come after every other resource, the worker's first, then each server's; a
     # delay op is a resource of its own, after them all, in op order.
-    delay_rank = {op: k for k, op in enumerate(i for i in range(graph.n_ops) if graph.parse_lane[i] == 2)}
-    res_of = [(6, delay_rank[i]) if graph.parse_lane[i] == 2 else
-              (4, 0) if graph.parse_lane[i] == 1 and r[0] == 1 else
-              (5, r[1]) if graph.parse_lane[i] == 1 else r for i, r in enumerate(res_of)]
+    lane = graph.parse_lane
+    delay_rank = {op: k for k, op in enumerate(i for i in range(graph.n_ops) if lane[i] == ParseLane.DELAY)}
+    res_of = [(6, delay_rank[i]) if lane[i] == ParseLane.DELAY else
+              (4, 0) if lane[i] == ParseLane.LANE and r[0] == 1 else
+              (5, r[1]) if lane[i] == ParseLane.LANE else r for i, r in enumerate(res_of)]
     is_link = [int(graph.resource[i]) in (Resource.DOWNLINK, Resource.UPLINK) for i in range(graph.n_ops)]
     roots = [i for i in range(graph.n_ops) if n_preds[i] == 0]
     capacity = {(0, m): numeric(cluster.downlink_Bps) for m in range(M)}
@@ -272,7 +274,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             if x is not nxt:
                 x.remaining -= eta * rates[id(x)]
         Q.remove(nxt)
-        if grpc and is_link[nxt.op]:
+        if grpc and is_link[nxt.op] and not (nxt.is_last and nxt.size == 0):  # an empty last chunk returns nothing
             flow = flows[r[0]]
             returns.append((now + numeric(flow.update_delay_s), w, r, nxt.size, -1 if nxt.is_last else nxt.op))
             if not nxt.is_last:

@@ -18,7 +18,7 @@ from reference_sim import reference_run
 from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
-from simulate.prepare import prepare
+from simulate.prepare import KIND_TRANSFER, prepare
 from simulate.results import throughput_eps
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
@@ -293,3 +293,44 @@ def test_results_are_deterministic_for_a_seed(bundled_profile):
     c = run(graph, CLUSTER, SimConfig(workers=3, steps=50, warmup=5, seed=12))
     assert np.array_equal(a.step_end_s, b.step_end_s)
     assert not np.array_equal(a.step_end_s, c.step_end_s)
+
+
+def test_steps_of_empty_grpc_chunks_do_not_overflow_the_window_returns():
+    """Found by hypothesis: all-reduce makes every downlink take nothing, so a step of empty
+    grpc chunks ends at once, again and again; each chunk used to leave a return of 0 bytes
+    behind, until the buffer overflowed. An empty last chunk returns nothing."""
+    profile = make_profile([Resource.DOWNLINK] * 6, [0] * 6, [0] * 6, [[0.0] * 6], edges=[])
+    config = SimConfig(workers=1, mode=Mode.ALLREDUCE, transfer=Transfer.GRPC, steps=6, warmup=1)
+    assert engine_vs_reference(profile, config) < 1e-9
+
+
+def test_a_grpc_trace_holds_every_chunk_of_the_traced_steps(bundled_profile):
+    """grpc cuts a stream at every window edge: the trace grows until every chunk fits."""
+    profile = bundled_profile("alexnet")
+    cluster = dataclasses.replace(CLUSTER, flow_downlink=FlowControl(((0.0, 65_536),), 2.0 ** -12),
+                                  flow_uplink=FlowControl(((0.0, 65_536),), 2.0 ** -12))
+    config = SimConfig(workers=2, transfer=Transfer.GRPC, steps=4, warmup=1, trace_steps=2)
+    result = run(prepare(profile, cluster, workers=2), cluster, config)
+    graph = result.graph
+    traced = result.trace
+    # every op of each worker's first two steps ends in the trace exactly once, as its last chunk
+    for w in range(2):
+        for k in range(2):
+            mine = (traced["worker"] == w) & (traced["step"] == k)
+            assert set(traced["op"][mine].tolist()) == set(range(graph.n_ops))
+    big = np.flatnonzero((graph.kind == KIND_TRANSFER) & (graph.work.max(axis=0) > 4 * 65_536))
+    # each big stream was cut at several window edges: more than the two rows per op of the old room
+    assert np.isin(traced["op"], big).sum() > 2 * 2 * 2 * len(big)
+
+
+def test_the_kernel_runs_without_reference_counting_where_numba_allows():
+    """The loop is 2-3x faster without numba's reference counting (simulate/kernel.py); this says
+    which build ran, so that a numba without the option shows up as a failing test, not as a
+    silent slow-down."""
+    import numba
+    from numba.core.cpu import CPUTargetOptions
+
+    from simulate.kernel import NRT_OFF
+
+    assert NRT_OFF == ({"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {})
+    assert NRT_OFF, f"numba {numba.__version__} has no _nrt option: the event loop runs with reference counting"

@@ -15,8 +15,8 @@ produce. The rules:
   a computation op of that task with the time recorded for it (usually none).
 - Data inputs (``x``, ``x:1``) and control inputs (``^x``) give data and control edges.
 - An op listed in the graph but not in a step's stats takes duration 0 in that step. It is
-  kept: dropping it could change the dependencies, and zero-duration ops cost the
-  simulator nothing once it coarsens the graph.
+  kept: dropping it could change the dependencies, and merging it into a neighbour could
+  change which op waits behind which in a queue (see the README, "Why it is fast").
 - The ops are numbered in a topological order: Kahn's algorithm that always emits the
   ready op seen first in the partition graphs, so the numbering is deterministic.
 """
