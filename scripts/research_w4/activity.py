@@ -6,7 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tfsim.lab import timeline as tl
 
-def activity(T, rate=50e6, dt=0.0002, min_bytes=20000):
+def activity(T, rate=50e6, dt=0.00002, min_bytes=20000):
     t0, t1 = T.window
     grid = np.arange(t0, t1, dt)
     out = {}
@@ -45,4 +45,6 @@ if __name__ == "__main__":
         a = activity(T)
         print(p)
         for dn, v in a.items():
+            lost = {r["active_workers"]: r["time_fraction"] * (1 - r["busy_when"]) for r in v["by_active"] if r["busy_when"] is not None}
+            print(f"  {dn}: idle time by active count (fraction of the window): " + "  ".join(f"k={k}: {x:.3f}" for k, x in lost.items()))
             print(f"  {dn}: busy {v['busy']:.3f}  " + "  ".join(f"k={r['active_workers']}: {r['time_fraction']:.2f} of time, busy {r['busy_when']:.2f}" for r in v["by_active"] if r["busy_when"] is not None))

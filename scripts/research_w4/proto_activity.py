@@ -4,7 +4,7 @@ import numpy as np
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2])); sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-def proto_activity(sim, dt=0.0002, min_bytes=20000):
+def proto_activity(sim, dt=0.00002, min_bytes=20000):
     from tfprofile.dag import Resource
     t0, t1 = sim.window()
     grid = np.arange(t0, t1, dt)

@@ -94,6 +94,33 @@ def draw_simulated(ax, sim, t0: float, t1: float):
     ax.set_yticklabels([f"w{w} {d}" for w in range(W) for d in ("down", "up")], fontsize=7)
 
 
+class ProtoAsRun:
+    """A prototype run (tfsim/lab/fifo_proto.py) seen as a SimRun with a trace: tensor messages only."""
+
+    def __init__(self, sim):
+        import types
+
+        rows = [r for r in sim.msg_rows if r["kind"] == "tensor"]
+        self.graph = sim.g
+        self.config = types.SimpleNamespace(workers=sim.W, steps=sim.N, warmup=sim.warmup)
+        self.step_start_s = sim.step_start
+        self.trace = {"worker": np.array([r["worker"] for r in rows]), "step": np.array([r["step"] for r in rows]),
+                      "op": np.array([r["op"] for r in rows]), "start_s": np.array([r["first_t"] for r in rows]),
+                      "end_s": np.array([r["last_t"] for r in rows])}
+
+
+def run_proto(calib: Path, workers: int):
+    from proto_eval import load
+
+    from simulate.predict import staggered_starts
+    from tfsim.lab.fifo_proto import ProtoParams, lab_link, simulate
+
+    prof, cl, g = load(calib)
+    sim = simulate(g, ProtoParams(down=lab_link(400e6), up=lab_link(400e6)), workers, steps=200, warmup=50,
+                   start_offsets_s=staggered_starts(prof, workers, 1.0))
+    return ProtoAsRun(sim)
+
+
 def main(argv=None):
     from timeline_report import simulate_point
 
@@ -105,7 +132,7 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=0.6)
     ap.add_argument("--start", type=float, default=None, help="offset into the measured window (s)")
     ap.add_argument("--rate-Bps", type=float, default=50e6)
-    ap.add_argument("--proto", default=None, help="a pickled prototype SimRun-like object to draw instead")
+    ap.add_argument("--proto", action="store_true", help="add a panel with the FIFO/window/RPC prototype")
     ap.add_argument("-o", "--out", type=Path, required=True)
     args = ap.parse_args(argv)
     T = pickle.loads((args.point / "timeline.pkl").read_bytes())
@@ -113,20 +140,28 @@ def main(argv=None):
     W = point["workers"]
     t0 = T.window[0] + (args.start if args.start is not None else 0.3 * (T.window[1] - T.window[0]))
     t1 = t0 + args.seconds
-    sim = pickle.loads(Path(args.proto).read_bytes()) if args.proto else simulate_point(args.calib, W)
+    sim = simulate_point(args.calib, W)
     s_t0 = float(np.min(sim.step_start_s[:, sim.config.steps // 2]))
     plt = pyplot()
-    fig, axes = plt.subplots(3, 1, figsize=(13, 3 + 1.4 * W), dpi=110, sharex=True,
-                             gridspec_kw={"height_ratios": [2 * W + 2, 3, 2 * W]})
+    n = 4 if args.proto else 3
+    fig, axes = plt.subplots(n, 1, figsize=(13, 3 + (2.0 if args.proto else 1.4) * W), dpi=110, sharex=True,
+                             gridspec_kw={"height_ratios": [2 * W + 2, 3, 2 * W] + ([2 * W] if args.proto else [])})
     draw_measured(axes[0], axes[1], T, t0, t1, args.rate_Bps)
     axes[0].set_title(f"measured at the PS: W = {W}, {point['measured']['throughput_eps']:.0f} ex/s "
                       f"(bars: tensors > 20 KB, first to last byte; ticks: small tensors; > <: RunGraph; dotted: step starts)",
                       fontsize=9)
     draw_simulated(axes[2], sim, s_t0, s_t0 + args.seconds)
-    axes[2].set_title("simulated (same W, the lab's calibration), steady state", fontsize=9)
-    axes[2].set_xlabel("ms")
+    axes[2].set_title("simulated by tfsim today (grpc model, same W, the lab's calibration), steady state", fontsize=9)
+    if args.proto:
+        proto = run_proto(args.calib, W)
+        p_t0 = float(np.min(proto.step_start_s[:, proto.config.steps // 2]))
+        draw_simulated(axes[3], proto, p_t0, p_t0 + args.seconds)
+        axes[3].set_title("prototype: FIFO link + token bucket + window-limited TCP + RPC chain (tfsim/lab/fifo_proto.py)",
+                          fontsize=9)
+    axes[-1].set_xlabel("ms")
     for ax in axes:
         ax.grid(alpha=0.25, axis="x")
+        ax.set_xlim(0, args.seconds * 1e3)
     fig.tight_layout()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, args.out)

@@ -71,6 +71,7 @@ class ProtoParams:
     bbr_rounds: int = 10
     gain_cycle: tuple = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
     cycle_per_ack: bool = False        # advance the gain cycle per ACK (BBR with min_rtt ~ 0) instead of per round
+    jitter: bool = False               # host delays exponential (mean as given), compute ops x lognormal(0, 0.2)
     fifo: bool = True                  # False: small messages skip the queue (processor-sharing-like ablation)
     rpc: bool = True                   # False: no RunGraph / request crossings (ablation)
 
@@ -158,6 +159,7 @@ class FifoProto:
                  start_offsets_s=None, trace: bool = True):
         self.g, self.P, self.W, self.N, self.warmup = graph, params, workers, steps, warmup
         rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed + 1000)
         self.samples = rng.integers(0, graph.n_steps, size=(workers, steps))
         self.offsets = start_offsets_s or (0.0,) * workers
         self.links = [_Link(params.down), _Link(params.up)]
@@ -186,6 +188,10 @@ class FifoProto:
         self.st = [None] * workers
 
     # -- event plumbing ---------------------------------------------------------------------
+    def d(self, mean: float) -> float:
+        """A host delay: ``mean``, or exponential with that mean when jitter is on."""
+        return float(self.rng.exponential(mean)) if self.P.jitter and mean > 0 else mean
+
     def at(self, t: float, kind: str, *data) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, data))
@@ -203,9 +209,9 @@ class FifoProto:
         for op in self.sources_worker:
             self.ready(w, op, t)
         if P.rpc:
-            self.at(t + P.rungraph_delay_s, "send", w, k, "A", UP, _Msg(w, k, "rg_req", -1, P.rungraph_request_bytes))
+            self.at(t + self.d(P.rungraph_delay_s), "send", w, k, "A", UP, _Msg(w, k, "rg_req", -1, P.rungraph_request_bytes))
             for op in self.tx_down:
-                self.at(t + P.worker_request_delay_s, "send", w, k, "A", UP,
+                self.at(t + self.d(P.worker_request_delay_s), "send", w, k, "A", UP,
                         _Msg(w, k, "req", op, P.recv_request_bytes))
         else:
             self.at(t, "ps_start", w, k)
@@ -257,6 +263,8 @@ class FifoProto:
         tr, op = heapq.heappop(q)
         st["busy"][res] = True
         dur = float(self.g.work[st["s"], op])
+        if self.P.jitter and dur > 0:
+            dur *= float(self.rng.lognormal(0.0, 0.2))
         self.at(max(t, tr) + dur, "op_done", w, st["k"], op, res)
 
     def op_done(self, w: int, k: int, op: int, t: float) -> None:
@@ -280,7 +288,7 @@ class FifoProto:
         st = self.st[w]
         if st["done"] == self.g.n_ops and st["rg_resp"] and not st.get("ended"):
             st["ended"] = True
-            end = t + (self.P.step_end_delay_s if self.P.rpc else 0.0)
+            end = t + (self.d(self.P.step_end_delay_s) if self.P.rpc else 0.0)
             self.step_end[w, k] = end
             if k + 1 < self.N:
                 self.at(end, "start", w, k + 1)
@@ -414,7 +422,7 @@ class FifoProto:
             self.msg_rows.append({"worker": w, "step": k, "kind": msg.kind, "op": msg.op, "first_t": msg.first_t,
                                   "last_t": t, "enq_t": msg.enq_t, "bytes": msg.payload})
         if msg.kind == "rg_req":
-            self.at(t + self.P.ps_start_delay_s, "ps_start", w, k)
+            self.at(t + self.d(self.P.ps_start_delay_s), "ps_start", w, k)
         elif msg.kind == "req":
             st["req_arrived"].add(msg.op)
             if msg.op in st["tx_ready"]:
