@@ -60,14 +60,16 @@ import numpy as np
 
 from calibration.fit import LineFit, nonnegative_line
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
-from calibration.runmatch import match_run, run_server_ports
+from calibration.runmatch import match_run, run_server_ports, run_tasks
 from netcapture import read_capture, summarise_iperf
+from netcapture.inflight import bytes_in_flight
 from simulate.cluster import OverheadPlacement
 from simulate.cluster_file import CLUSTER_FORMAT, cluster_from_dict, flow_control_from_json
 from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
 from tfbase.errors import InputError, RunDirError, TraceWarning
 from tfprofile.rundir import open_run_dir, profile_from_run_dir
+from tfprofile.runmetadata import read_run_metadata, step_records
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
@@ -114,6 +116,9 @@ class Calibration:
     flow_control: dict = dataclasses.field(default_factory=dict)
     bandwidth_source: str = "iperf3"
     iperf3_bandwidth_Bps: dict = dataclasses.field(default_factory=dict)
+    token_bucket: dict = dataclasses.field(default_factory=dict)
+    queue_window_bytes: dict = dataclasses.field(default_factory=dict)
+    rpc: dict = dataclasses.field(default_factory=dict)
 
     @property
     def default_transfer(self) -> str:
@@ -141,6 +146,9 @@ class Calibration:
                              "method": f.method} for d, f in self.overhead.items()},
             "overhead_placement": self.placement,
             "flow_control": self.flow_control,
+            "token_bucket": self.token_bucket,
+            "queue_window_bytes": self.queue_window_bytes,
+            **({"rpc": self.rpc} if self.rpc else {}),
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
@@ -154,6 +162,7 @@ class Calibration:
 
 
 def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
+    """Per direction: the iperf3 median rate and its spread."""
     rates, spread = {}, {}
     for direction in DIRECTIONS:
         files = sorted((run_dir / "iperf3").glob(f"{direction}_*.json"))
@@ -164,6 +173,89 @@ def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
         spread[direction] = {"min": summary.received_bits_per_s.minimum / 8,
                              "max": summary.received_bits_per_s.maximum / 8, "runs": len(files)}
     return rates, spread
+
+
+def _queue_window(capture_path: Path, run) -> dict:
+    """The bytes a busy connection keeps queued in the network (docs/model.md §4.5), per
+    direction: the median bytes in flight of the worker's busiest sending connection (its
+    gradients), seen at the worker's interface (:mod:`netcapture.inflight`). The downlink's
+    sender, the PS, is not where the capture is; both directions take the uplink's (one TCP
+    stack and one congestion control on both hosts). Empty when the worker sent nothing."""
+    workers = [endpoint.ip for endpoint, task in run_tasks(run).items() if task == "worker0"]
+    if not workers:
+        return {}
+    flights = [f for f in bytes_in_flight(capture_path, workers[0]) if len(f.samples_bytes)]
+    if not flights:
+        return {}
+    return dict.fromkeys(DIRECTIONS, max(flights, key=lambda f: f.payload_bytes).median_bytes)
+
+
+RUNGRAPH_PATH = "/tensorflow.WorkerService/RunGraph"
+NS_PER_S = 10**9
+
+
+def _rpc_chain(run, capture, match) -> dict:
+    """The step's RPC latencies (docs/calibration.md §7.1), medians over the traced steps: from
+    the worker's RunGraph request on the wire to the PS's first op (``rungraph_s``) and to the
+    worker's first parameter request (``worker_requests_s``); from the PS's first op to its
+    first gradient request (``ps_requests_s``); from the PS's last op to the RunGraph
+    response's first frame (``response_s``). The trace's times and the capture's are on one
+    clock (one host in the lab; NTP-synchronised hosts on a real cluster). Empty when the
+    capture holds no RunGraph of a traced step."""
+    rungraphs = sorted((s.request_headers_time_s, s) for s in capture.streams
+                       if s.rpc_path == RUNGRAPH_PATH and s.request_headers_time_s is not None)
+    first_request: dict[tuple[str, str], float] = {}
+    for m in match.matches:
+        key = (m.transfer.step_file, m.transfer.direction)
+        t = m.stream.request_headers_time_s
+        if t is not None:
+            first_request[key] = min(t, first_request.get(key, t))
+    lags: dict[str, list[float]] = defaultdict(list)
+    for path in run.trace_files:
+        ps = [(start, start + duration) for (device, _), (start, duration)
+              in step_records(read_run_metadata(path), path).ops.items() if "/job:ps" in device]
+        if not ps or not rungraphs:
+            continue
+        ps_first = min(s for s, _ in ps) / NS_PER_S
+        ps_last = max(e for _, e in ps) / NS_PER_S
+        before = [s for t, s in rungraphs if t <= ps_first]
+        if not before:
+            continue
+        rungraph = before[-1]
+        sent = rungraph.request_headers_time_s
+        lags["rungraph_s"].append(ps_first - sent)
+        if (path.name, "downlink") in first_request:
+            lags["worker_requests_s"].append(first_request[(path.name, "downlink")] - sent)
+        if (path.name, "uplink") in first_request:
+            lags["ps_requests_s"].append(first_request[(path.name, "uplink")] - ps_first)
+        if rungraph.response_headers_time_s is not None:
+            lags["response_s"].append(rungraph.response_headers_time_s - ps_last)
+    if "rungraph_s" not in lags:
+        return {}
+    out = {key: max(0.0, float(np.median(values))) for key, values in lags.items()}
+    return {"rungraph_s": out["rungraph_s"], "worker_requests_s": out.get("worker_requests_s", 0.0),
+            "ps_requests_s": out.get("ps_requests_s", 0.0), "response_s": out.get("response_s", 0.0),
+            "steps": len(lags["rungraph_s"])}
+
+
+def _token_bucket(samples: list[StreamSample], peak: dict, sustained: dict) -> dict:
+    """Per direction where the job's busy rate (``peak``) beats iperf3's (``sustained``): the
+    bucket that lets a one-worker step's bytes go at the peak, ``N (1 - R / P)`` with N the
+    median bytes of a traced step in that direction (docs/calibration.md §4.4). A link whose
+    busy rate is not above its sustained rate has no bucket."""
+    out = {}
+    for direction in DIRECTIONS:
+        if not (peak.get(direction) and peak[direction] > sustained[direction]):
+            continue
+        per_step: dict[str, int] = defaultdict(int)
+        for s in samples:
+            if s.direction == direction:
+                per_step[s.step_file] += s.size_bytes
+        if per_step:
+            bytes_per_step = float(np.median(list(per_step.values())))
+            out[direction] = {"sustained_Bps": sustained[direction],
+                              "bucket_bytes": bytes_per_step * (1.0 - sustained[direction] / peak[direction])}
+    return out
 
 
 def _samples(capture, match) -> list[StreamSample]:
@@ -392,8 +484,10 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     >>> from calibration import calibrate_run
     >>> calibration = calibrate_run("data/captures/wide_1gbit")
     >>> calibration.default_transfer, calibration.bandwidth_source
-    ('grpc', 'iperf3')
-    >>> round(calibration.bandwidth_Bps["downlink"] * 8 / 1e6)  # Mbit/s on a 1 Gbit/s tbf link
+    ('grpc', 'capture')
+    >>> round(calibration.bandwidth_Bps["downlink"] * 8 / 1e6)  # peak Mbit/s on a 1 Gbit/s tbf link
+    884
+    >>> round(calibration.token_bucket["downlink"]["sustained_Bps"] * 8 / 1e6)  # what it sustains (iperf3)
     833
     >>> calibration.to_cluster_json()["format"]
     'tfsim.cluster/1'
@@ -410,6 +504,8 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     if not samples:
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
+    rpc = _rpc_chain(run, capture, match)
+    queue_window = _queue_window(captures[0], run)
     fits, pooled = _overhead(samples)
     busy = _busy_rate(samples)
     with warnings.catch_warnings():
@@ -423,12 +519,15 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     best = None
     for source, rates in candidates.items():
         flow_control = _fit_update_delay(samples, rates, windows, measured_flow)
+        # The job's busy rate above iperf3's is a burst: the link sustains iperf3's rate.
+        bucket = _token_bucket(samples, rates, bandwidth) if source == "capture" else {}
         calibration = Calibration(
             run_dir=str(run_dir), bandwidth_Bps=rates, bandwidth_spread_Bps=spread, busy_rate_Bps=busy,
             window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
             model_error=model_check(samples, rates, windows, flow_control), samples=tuple(samples),
             flow_control=flow_control, bandwidth_source=source, iperf3_bandwidth_Bps=bandwidth,
             tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
+            token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])

@@ -33,6 +33,7 @@ class IperfStream:
     min_rtt_us: int | None
     max_rtt_us: int | None
     retransmits: int | None
+    max_snd_cwnd_bytes: int | None = None  # the sender's largest congestion window (0 or absent: not reported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,13 @@ class IperfResult:
     def mean_rtt_us(self) -> float | None:
         rtts = [s.mean_rtt_us for s in self.streams if s.mean_rtt_us is not None]
         return statistics.fmean(rtts) if rtts else None
+
+    @property
+    def max_snd_cwnd_bytes(self) -> int | None:
+        """The largest congestion window a stream's sender reported (the client's streams only:
+        with ``-R`` the sender is the server, which reports none)."""
+        windows = [s.max_snd_cwnd_bytes for s in self.streams if s.max_snd_cwnd_bytes]
+        return max(windows) if windows else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +162,8 @@ def read_iperf(path: str | os.PathLike) -> IperfResult:
         sender = _object(_object(stream, path, f"end.streams[{number}]").get("sender"), path,
                          f"end.streams[{number}].sender")
         parsed.append(IperfStream(*(_optional_number(sender.get(key), path, f"end.streams[{number}].sender.{key}")
-                                    for key in ("mean_rtt", "min_rtt", "max_rtt", "retransmits"))))
+                                    for key in ("mean_rtt", "min_rtt", "max_rtt", "retransmits",
+                                                "max_snd_cwnd"))))
     test_start = _object(_object(data.get("start"), path, "start").get("test_start"), path, "start.test_start")
     congestion = end.get("sender_tcp_congestion")
     return IperfResult(

@@ -98,6 +98,58 @@ class FlowControl:
         return self.window_timeline[-1][1]
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenBucket:
+    """A link that sends at its peak rate while it has tokens, and at its sustained rate once
+    they run out (docs/model.md §4.4).
+
+    A shaper (the lab's tbf), a NIC or a switch port with a burst allowance lets a transfer
+    that starts on an idle link go faster than the link can sustain: tokens accrue at the
+    sustained rate up to ``bucket_bytes`` and pay for every byte sent above it. The peak rate
+    is the :class:`ClusterModel`'s bandwidth of that direction.
+
+    Attributes:
+        sustained_Bps: what a backlogged link delivers, bytes/s (not above the peak).
+        bucket_bytes: bytes above the sustained rate a link with a full bucket can send at
+            its peak.
+    """
+
+    sustained_Bps: float
+    bucket_bytes: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sustained_Bps", check_rate(self.sustained_Bps, "sustained_Bps"))
+        object.__setattr__(self, "bucket_bytes", check_non_negative(self.bucket_bytes, "bucket_bytes"))
+
+
+@dataclasses.dataclass(frozen=True)
+class RpcChain:
+    """The messages of a step that are not tensors (docs/model.md §2.9), as latencies.
+
+    A step of a TF1 parameter-server job starts with the worker's RunGraph request to each
+    PS, which starts the PS's part of the step; each side requests the tensors it receives
+    (RecvTensor requests: the worker its parameters, the PS its gradients) when its part
+    starts; the PS's RunGraph response ends the step. Each is a latency from the event that
+    sends it to the one it allows, as the one-worker run measured it; on a link with a queue
+    window it also waits behind the bytes queued at that link (docs/model.md §4.5).
+
+    Attributes:
+        rungraph_s: the step's start to the PS's first op.
+        worker_requests_s: the step's start to the worker's parameter requests at the PS.
+        ps_requests_s: the PS's first op to its gradient requests at the worker.
+        response_s: the PS's last op to the RunGraph response at the worker.
+    """
+
+    rungraph_s: float = 0.0
+    worker_requests_s: float = 0.0
+    ps_requests_s: float = 0.0
+    response_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("rungraph_s", "worker_requests_s", "ps_requests_s", "response_s"):
+            object.__setattr__(self, name, check_non_negative(getattr(self, name), name))
+
+
 class OverheadPlacement(enum.Enum):
     """Where the parsing overhead of a received tensor runs.
 
@@ -125,6 +177,14 @@ class ClusterModel:
         overhead_placement: where parsing runs (:class:`OverheadPlacement`).
         flow_downlink, flow_uplink: HTTP/2 flow control of each direction for the ``grpc``
             transfer model (:class:`FlowControl`; unlimited windows when not calibrated).
+        bucket_downlink, bucket_uplink: the link's sustained rate and burst allowance
+            (:class:`TokenBucket`); ``None``: the bandwidth is sustained at any load.
+        queue_window_downlink_bytes, queue_window_uplink_bytes: the bytes a busy connection
+            keeps queued at the link (its TCP congestion window), which a chunk that starts
+            while other connections are busy waits behind (docs/model.md §4.5); 0: no wait,
+            every chunk shares the link from its first byte.
+        rpc: the step's RunGraph and request messages (:class:`RpcChain`); ``None``: a step
+            is its traced ops only.
         default_transfer: the transfer model predictions use unless told otherwise
             (``grpc`` for clusters calibrated from TF 2.x captures, else ``http2``).
         calibrated: False when built from a bandwidth alone.
@@ -139,6 +199,11 @@ class ClusterModel:
     overhead_placement: OverheadPlacement = OverheadPlacement.COMPUTE
     flow_downlink: FlowControl = FlowControl()
     flow_uplink: FlowControl = FlowControl()
+    bucket_downlink: TokenBucket | None = None
+    bucket_uplink: TokenBucket | None = None
+    queue_window_downlink_bytes: float = 0.0
+    queue_window_uplink_bytes: float = 0.0
+    rpc: RpcChain | None = None
     default_transfer: str = "http2"
     calibrated: bool = True
     source: str = ""
@@ -148,6 +213,13 @@ class ClusterModel:
         object.__setattr__(self, "uplink_Bps", check_rate(self.uplink_Bps, "uplink_Bps"))
         if not (self.win_bytes > 0):
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
+        for name in ("queue_window_downlink_bytes", "queue_window_uplink_bytes"):
+            object.__setattr__(self, name, check_non_negative(getattr(self, name), name))
+        for name, bucket, peak in (("bucket_downlink", self.bucket_downlink, self.downlink_Bps),
+                                   ("bucket_uplink", self.bucket_uplink, self.uplink_Bps)):
+            if bucket is not None and bucket.sustained_Bps > peak:
+                raise UsageError(name, f"a sustained rate of {bucket.sustained_Bps:.6g} B/s is above the link's "
+                                       f"peak of {peak:.6g} B/s")
 
     @classmethod
     def from_bandwidth(cls, bandwidth_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
@@ -157,6 +229,13 @@ class ClusterModel:
                    calibrated=False, source="bandwidth only")
 
     def with_bandwidth(self, downlink_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
-        """The same cluster at another bandwidth (a what-if: everything else stays calibrated)."""
-        return dataclasses.replace(self, downlink_Bps=downlink_Bps,
-                                   uplink_Bps=downlink_Bps if uplink_Bps is None else uplink_Bps)
+        """The same cluster at another bandwidth (a what-if: everything else stays calibrated;
+        a link's sustained rate scales with its peak, its burst allowance stays)."""
+        uplink_Bps = downlink_Bps if uplink_Bps is None else uplink_Bps
+
+        def scaled(bucket, old, new):
+            return None if bucket is None else TokenBucket(bucket.sustained_Bps * (new / old), bucket.bucket_bytes)
+
+        return dataclasses.replace(self, downlink_Bps=downlink_Bps, uplink_Bps=uplink_Bps,
+                                   bucket_downlink=scaled(self.bucket_downlink, self.downlink_Bps, downlink_Bps),
+                                   bucket_uplink=scaled(self.bucket_uplink, self.uplink_Bps, uplink_Bps))

@@ -19,7 +19,7 @@ import os
 import warnings
 from pathlib import Path
 
-from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
+from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, RpcChain, TokenBucket
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
 
@@ -78,9 +78,15 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         default_transfer = data.get("default_transfer", "http2")
         if default_transfer not in ("http2", "grpc", "fifo"):
             raise ClusterFormatError(source, f"default_transfer must be http2, grpc or fifo, not {default_transfer!r}")
+        buckets = _token_buckets(source, data.get("token_bucket"))
+        queue = _per_direction_numbers(source, data, "queue_window_bytes")
+        rpc = _rpc(source, data.get("rpc"))
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
                             overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
                             flow_downlink=flows["downlink"], flow_uplink=flows["uplink"],
+                            bucket_downlink=buckets["downlink"], bucket_uplink=buckets["uplink"],
+                            queue_window_downlink_bytes=queue["downlink"], queue_window_uplink_bytes=queue["uplink"],
+                            rpc=rpc,
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, f"{err.source}: {err.problem}" if err.source else err.problem) from None
@@ -104,6 +110,41 @@ def flow_control_from_json(entry, source: str = "CLUSTER.json", direction: str =
         return FlowControl(timeline, delay)
     except UsageError as err:
         raise ClusterFormatError(source, f"{where}: {err.problem}") from None
+
+
+def _token_buckets(source, data) -> dict[str, TokenBucket | None]:
+    """``token_bucket`` of CLUSTER.json: per direction ``sustained_Bps`` and ``bucket_bytes``
+    (docs/model.md §4.4); absent: the bandwidth is sustained."""
+    if data is None:
+        return {"downlink": None, "uplink": None}
+    if not isinstance(data, dict) or not all(isinstance(data.get(d, {}), dict) for d in ("downlink", "uplink")):
+        raise ClusterFormatError(source, "token_bucket must map downlink/uplink to {sustained_Bps, bucket_bytes}")
+    out = {}
+    for direction in ("downlink", "uplink"):
+        entry = data.get(direction)
+        out[direction] = None if entry is None else TokenBucket(
+            _number(source, entry, "sustained_Bps"), _number(source, entry, "bucket_bytes"))
+    return out
+
+
+def _rpc(source, data) -> RpcChain | None:
+    """``rpc`` of CLUSTER.json: the step's RPC latencies (docs/model.md §2.9); absent: none."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ClusterFormatError(source, "rpc must be an object of latencies in seconds")
+    return RpcChain(*(_number(source, data, key) if key in data else 0.0
+                      for key in ("rungraph_s", "worker_requests_s", "ps_requests_s", "response_s")))
+
+
+def _per_direction_numbers(source, data: dict, key: str) -> dict[str, float]:
+    """An optional ``{downlink: x, uplink: y}`` object of numbers; 0 where absent."""
+    entry = data.get(key)
+    if entry is None:
+        return {"downlink": 0.0, "uplink": 0.0}
+    if not isinstance(entry, dict):
+        raise ClusterFormatError(source, f"{key} must map downlink/uplink to numbers")
+    return {d: _number(source, entry, d) if d in entry else 0.0 for d in ("downlink", "uplink")}
 
 
 def _flow_control(source, data) -> dict[str, FlowControl]:

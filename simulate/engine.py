@@ -173,6 +173,7 @@ class KernelInputs(NamedTuple):
     succ_idx: np.ndarray
     in_degree: np.ndarray          # (n_ops,) predecessors of each op
     op_slot: np.ndarray            # (n_ops,) each op's slot in a worker's layout
+    op_fifo_link: np.ndarray       # (n_ops,) a message's link, whose queue it waits behind; -1 for others
     work: np.ndarray               # (S, n_ops) bytes for a transfer, seconds for a computation
     priority: np.ndarray           # (n_ops,) Scheduler.PRIORITY serves the lowest first
     samples: np.ndarray            # (W, N) the profiled step that worker w replays as its k-th
@@ -181,7 +182,11 @@ class KernelInputs(NamedTuple):
     slot_scheduler: np.ndarray     # (n_slots,) a Scheduler code
     slot_queue_cap: np.ndarray     # (n_slots,) ops one worker can have queued on the slot
     slot_host: np.ndarray          # (W * n_slots,) the host of each computation slot, or -1
-    link_capacity_Bps: np.ndarray  # (2M,) links m (server m's downlink) and M + m (its uplink)
+    link_capacity_Bps: np.ndarray  # (2M,) links m (server m's downlink) and M + m (its uplink): peak rates
+    link_sustained_Bps: np.ndarray  # (2M,) the rate once a link's tokens run out (= peak without a bucket)
+    link_bucket_bytes: np.ndarray  # (2M,) token bucket size; 0: no bucket, the peak is sustained
+    link_queue_window_bytes: np.ndarray  # (2M,) bytes a busy connection keeps in the link's FIFO; 0: no FIFO wait
+    link_reverse: np.ndarray       # (2M,) the other direction of the same server's link
     link_direction: np.ndarray     # (2M,) a Direction code
     n_servers: int
     share: int                     # a Share code
@@ -243,6 +248,10 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     # An HTTP/2 stream cut once is queued twice; the extra 1 keeps a full ring from looking empty.
     slot_queue_cap = np.where(slot_link >= 0, 2 * counts, counts).astype(np.int64) + 1
     link_capacity = np.array([cluster.downlink_Bps] * M + [cluster.uplink_Bps] * M, dtype=np.float64)
+    buckets = [cluster.bucket_downlink] * M + [cluster.bucket_uplink] * M
+    link_sustained = np.array([b.sustained_Bps if b is not None else c for b, c in zip(buckets, link_capacity)])
+    link_bucket = np.array([b.bucket_bytes if b is not None and b.sustained_Bps < c else 0.0
+                            for b, c in zip(buckets, link_capacity)])
     link_direction = np.array([Direction.DOWNLINK] * M + [Direction.UPLINK] * M, dtype=np.int64)
     share = Share.NONE if config.mode is Mode.ALLREDUCE else SHARE_OF[config.sharing]
     W = config.workers
@@ -273,9 +282,14 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
     return KernelInputs(
         succ_ptr=graph.succ_ptr, succ_idx=graph.succ_idx, in_degree=graph.in_degree, op_slot=op_slot,
+        op_fifo_link=graph.fifo_link,
         work=graph.work, priority=graph.priority, samples=samples, n_slots=n_slots, slot_link=slot_link,
         slot_scheduler=slot_scheduler, slot_queue_cap=slot_queue_cap, slot_host=slot_host,
-        link_capacity_Bps=link_capacity, link_direction=link_direction, n_servers=M, share=int(share),
+        link_capacity_Bps=link_capacity, link_sustained_Bps=link_sustained, link_bucket_bytes=link_bucket,
+        link_queue_window_bytes=np.array([cluster.queue_window_downlink_bytes] * M
+                                         + [cluster.queue_window_uplink_bytes] * M, dtype=np.float64),
+        link_reverse=np.concatenate([M + np.arange(M), np.arange(M)]).astype(np.int64),
+        link_direction=link_direction, n_servers=M, share=int(share),
         flow_cap_Bps=float(config.flow_cap_Bps or math.inf),
         win_bytes=float(cluster.win_bytes) if config.transfer is Transfer.HTTP2 else math.inf,
         sync=config.mode is not Mode.ASYNC, host_cores=host_cores,

@@ -21,6 +21,19 @@ speed:
   created in time order and the delay is constant, so the buffer stays sorted), served by
   a **timer entry** ``G + g`` in the same heap: at equal times chunk ends (``g < G``) come
   before window returns, which come in slot order.
+- A link with a **token bucket** (docs/model.md §4.4) runs at its peak rate while it has
+  tokens and at its sustained rate after. Tokens are integrated lazily, at the served rate
+  of the interval, whenever the link's chunks change; the moment they run out is a timer
+  entry ``2G + W + link``, at which the link's chunks are re-rated at the sustained rate.
+  Whether a link runs at its peak is decided only when its set of busy workers changes or
+  its tokens run out, so that all its chunks always share one capacity.
+- A link with a **queue window** (docs/model.md §4.5) is a FIFO of window-limited
+  connections, each keeping its window (or what is left of its chunk) queued there. A
+  message that crosses the link (docs/model.md §2.9) waits behind those bytes. The
+  connections' acknowledgements cross the reverse direction's FIFO: a link whose busy
+  workers' windows weigh less (relative to its rate) than the reverse link's gives each of
+  them at most its window per reverse queueing delay, so a change of either direction's
+  busy workers re-rates both.
 
 Work is in bytes for transfers and in seconds for computation; a rate is bytes/s or
 seconds of work per second.
@@ -57,7 +70,8 @@ class Heap(NamedTuple):
     """An indexed binary min-heap of event entries, keyed by (time, entry).
 
     Entries ``0..G-1`` are chunk slots (the chunk's finish time), ``G..2G-1`` the
-    window-return timers of grpc link slots, ``2G..2G+W-1`` the workers' delayed starts.
+    window-return timers of grpc link slots, ``2G..2G+W-1`` the workers' delayed starts,
+    ``2G+W..2G+W+L-1`` the moments the links' token buckets run dry.
     """
 
     entry: np.ndarray  # the entries, in heap order
@@ -116,7 +130,8 @@ class Flow(NamedTuple):
 
 
 class Links(NamedTuple):
-    """The workers busy on each link, in the order they became busy (FCFS needs it)."""
+    """The workers busy on each link, in the order they became busy (FCFS needs it), and each
+    link's token bucket."""
 
     workers: np.ndarray  # (L, W): the first ``n[link]`` entries
     n: np.ndarray
@@ -124,6 +139,12 @@ class Links(NamedTuple):
     mark: np.ndarray     # the link's set of busy workers changed during this event
     slot: np.ndarray     # the link's slot in a worker's layout
     taken: np.ndarray    # scratch of _link_share: the servers already given a share
+    capacity_Bps: np.ndarray  # the rate the link's chunks share now: its peak, or its sustained rate
+    tokens: np.ndarray        # bytes of burst left, as of ``tokens_s``
+    tokens_s: np.ndarray      # when ``tokens`` was last integrated
+    served_Bps: np.ndarray    # the link's chunks' total rate since then
+    stamp: np.ndarray         # the last event that put the link on ``touched``
+    touched: np.ndarray       # the bucketed links whose chunks the current event changed
 
 
 class Hosts(NamedTuple):
@@ -241,7 +262,11 @@ def _event_loop(inp, st, out):
             break  # nothing can progress (cannot happen with the sharing models here)
         now = st.heap.t_s[g]
         ended_w = -1
-        if g >= 2 * G:
+        if g >= 2 * G + n_workers:
+            _heap_remove(st.heap, g)
+            _tokens_run_out(inp, st, g - 2 * G - n_workers, now)
+            n_act = 0
+        elif g >= 2 * G:
             _heap_remove(st.heap, g)
             n_act = _start_step(inp, out, st, 0, g - 2 * G, now)
         elif g >= G:
@@ -330,6 +355,9 @@ def _finish_chunk(inp, out, st, g, n_trace, now):
     slot = g - w * n_slots
     op = st.chunks.op[g]
     n_trace = _record_trace(inp, out, st, w, slot, g, n_trace, now)
+    link = inp.slot_link[slot]
+    if link >= 0 and inp.link_bucket_bytes[link] > 0.0:
+        _tokens_to_now(inp, st.links, link, now)  # at the rate served until this chunk ended
     st.chunks.op[g] = NO_OP
     n_act = 0
     if inp.slot_scheduler[slot] == Scheduler.GRPC:
@@ -467,6 +495,12 @@ def _start_chunk(inp, st, w, slot, op, now):
     else:
         chunk = inp.work[inp.samples[w, st.steps.k[w]], op]
         last = True
+        link = inp.op_fifo_link[op]
+        if link >= 0 and inp.link_queue_window_bytes[link] > 0.0:
+            # A message crossing a link waits behind every byte queued there, its own worker's too
+            # (its data goes on another connection).
+            ahead = _queue_ahead(inp, st, link, inp.link_queue_window_bytes[link], now)
+            chunk += ahead / st.links.capacity_Bps[link]
         h = inp.slot_host[g]
         if h >= 0 and st.hosts.pos[g] < 0:
             _join_host(st.hosts, h, g)
@@ -554,9 +588,10 @@ def _carry_out_actions(inp, out, st, n_act, ended_w, now, seq, done):
 # ---- phase 3: settle rates
 
 @_inline
-def _add_sharers(inp, st, n_dirty, event, coupled):
-    """Append to ``st.chunks.dirty`` the chunks on every marked link and host, once each;
-    return the new count."""
+def _add_sharers(inp, st, n_dirty, event, coupled, now):
+    """Append to ``st.chunks.dirty`` the chunks on every marked link and host, once each, and
+    to ``st.links.touched`` the marked links with a token bucket; return both counts."""
+    n_touched = 0
     n_slots = inp.n_slots
     chunks, links, hosts = st.chunks, st.links, st.hosts
     n_links = inp.link_capacity_Bps.shape[0]
@@ -568,8 +603,19 @@ def _add_sharers(inp, st, n_dirty, event, coupled):
                 for m in range(inp.n_servers):
                     links.mark[d * inp.n_servers + m] = True
     for link in range(n_links):
+        if links.mark[link] and inp.link_queue_window_bytes[link] > 0.0:
+            # The reverse link's rates depend on this one's busy workers (acknowledgements).
+            links.mark[inp.link_reverse[link]] = True
+    for link in range(n_links):
         if links.mark[link]:
             links.mark[link] = False
+            if inp.link_bucket_bytes[link] > 0.0:
+                # The set of busy workers changed: the link's chunks, re-rated below, run at
+                # the peak while tokens last.
+                _tokens_to_now(inp, links, link, now)
+                links.capacity_Bps[link] = inp.link_capacity_Bps[link] if links.tokens[link] > 0.0 \
+                    else inp.link_sustained_Bps[link]
+                n_touched = _touch(links, link, event, n_touched)
             s = links.slot[link]
             for j in range(links.n[link]):
                 g = links.workers[link, j] * n_slots + s
@@ -586,7 +632,7 @@ def _add_sharers(inp, st, n_dirty, event, coupled):
                     chunks.stamp[g] = event
                     chunks.dirty[n_dirty] = g
                     n_dirty += 1
-    return n_dirty
+    return n_dirty, n_touched
 
 
 @_inline
@@ -604,9 +650,13 @@ def _rerate(inp, st, g, now):
     slot = g - w * inp.n_slots
     link = inp.slot_link[slot]
     if link >= 0:
-        rate = inp.link_capacity_Bps[link] * _link_share(inp, st.links, w, link)
+        rate = st.links.capacity_Bps[link] * _link_share(inp, st.links, w, link)
         if inp.share == Share.FLOW_CAP and rate > inp.flow_cap_Bps:
             rate = inp.flow_cap_Bps
+        if inp.link_queue_window_bytes[link] > 0.0:
+            acked = _window_per_ack_delay(inp, st.links, link)
+            if rate > acked:
+                rate = acked
     else:
         rate = 1.0  # a second of work per second, unless the host's cores are oversubscribed
         h = inp.slot_host[g]
@@ -631,9 +681,15 @@ def _settle_rates(inp, st, n_new, event, coupled, now):
     the heap."""
     for j in range(n_new):
         st.chunks.stamp[st.chunks.dirty[j]] = event
-    n_dirty = _add_sharers(inp, st, n_new, event, coupled)
+    n_dirty, n_touched = _add_sharers(inp, st, n_new, event, coupled, now)
     for j in range(n_dirty):
-        _rerate(inp, st, st.chunks.dirty[j], now)
+        g = st.chunks.dirty[j]
+        _rerate(inp, st, g, now)
+        link = inp.slot_link[g % inp.n_slots]
+        if link >= 0 and inp.link_bucket_bytes[link] > 0.0:
+            n_touched = _touch(st.links, link, event, n_touched)
+    for j in range(n_touched):
+        _settle_tokens(inp, st, st.links.touched[j], now)
 
 
 # ---- the event heap
@@ -856,6 +912,96 @@ def _link_share(inp, links, w, link):
 
 
 @_inline
+def _queue_ahead(inp, st, link, window, now):
+    """Bytes queued on ``link`` now: what each connection busy on it keeps queued (its
+    window, or what is left of its chunk)."""
+    links, chunks = st.links, st.chunks
+    ahead = 0.0
+    s = links.slot[link]
+    for j in range(links.n[link]):
+        g = links.workers[link, j] * inp.n_slots + s
+        if chunks.op[g] >= 0:
+            left = chunks.rem[g] - chunks.rate[g] * (now - chunks.set_s[g])
+            ahead += min(window, max(left, 0.0))
+    return ahead
+
+
+@_inline
+def _window_per_ack_delay(inp, links, link):
+    """The most a connection on ``link`` can send: its window per round trip, where its
+    acknowledgements wait behind the reverse link's FIFO. Each direction's busy connections
+    keep a window each; the direction whose windows take longer to drain (at its rate) holds
+    the queue, and a connection of the other direction sends at most ``window`` per that
+    queue's delay. Infinite when this direction holds the queue (it runs at its share)."""
+    rev = inp.link_reverse[link]
+    n_rev = links.n[rev]
+    if n_rev == 0:
+        return np.inf
+    drain_rev = n_rev * inp.link_queue_window_bytes[rev] / links.capacity_Bps[rev]
+    drain = links.n[link] * inp.link_queue_window_bytes[link] / links.capacity_Bps[link]
+    if drain >= drain_rev:
+        return np.inf
+    return inp.link_queue_window_bytes[link] / drain_rev
+
+
+@_inline
+def _tokens_to_now(inp, links, link, now):
+    """Integrate ``link``'s tokens up to ``now``: they accrue at the sustained rate and pay for
+    what the link served, within [0, bucket]."""
+    dt = now - links.tokens_s[link]
+    if dt > 0.0:
+        tokens = links.tokens[link] + (inp.link_sustained_Bps[link] - links.served_Bps[link]) * dt
+        if tokens > inp.link_bucket_bytes[link]:
+            tokens = inp.link_bucket_bytes[link]
+        if tokens < 0.0:
+            tokens = 0.0
+        links.tokens[link] = tokens
+        links.tokens_s[link] = now
+
+
+@_inline
+def _touch(links, link, event, n_touched):
+    """Put ``link`` on the event's list of touched links, once; return the count."""
+    if links.stamp[link] != event:
+        links.stamp[link] = event
+        links.touched[n_touched] = link
+        n_touched += 1
+    return n_touched
+
+
+@_inline
+def _settle_tokens(inp, st, link, now):
+    """After phase 3: ``link``'s served rate is its chunks' rates, and while it serves above its
+    sustained rate at its peak, its tokens run out at a timer."""
+    links = st.links
+    _tokens_to_now(inp, links, link, now)
+    served = 0.0
+    s = links.slot[link]
+    for j in range(links.n[link]):
+        g = links.workers[link, j] * inp.n_slots + s
+        if st.chunks.op[g] >= 0:
+            served += st.chunks.rate[g]
+    links.served_Bps[link] = served
+    timer = st.heap.pos.shape[0] - links.tokens.shape[0] + link
+    excess = served - inp.link_sustained_Bps[link]
+    if links.capacity_Bps[link] > inp.link_sustained_Bps[link] and excess > 0.0:
+        _heap_set(st.heap, timer, now + links.tokens[link] / excess)
+    elif st.heap.pos[timer] >= 0:
+        _heap_remove(st.heap, timer)
+
+
+@_inline
+def _tokens_run_out(inp, st, link, now):
+    """Phase 1 for ``link``'s token timer: no burst left, its chunks fall to the sustained rate
+    (re-rated in phase 3 as if its set of busy workers had changed)."""
+    links = st.links
+    _tokens_to_now(inp, links, link, now)
+    links.tokens[link] = 0.0
+    links.capacity_Bps[link] = inp.link_sustained_Bps[link]
+    links.mark[link] = True
+
+
+@_inline
 def _join_link(links, link, w):
     links.member[link, w] = True
     links.workers[link, links.n[link]] = w
@@ -930,7 +1076,8 @@ def new_state(inp: KernelInputs) -> State:
     G = n_workers * n_slots
     roots = np.flatnonzero(inp.in_degree == 0).astype(np.int64)
 
-    n_entries = 2 * G + n_workers
+    L = max(n_links, 1)
+    n_entries = 2 * G + n_workers + L  # the last L: token timers (see Heap)
     heap = Heap(np.empty(n_entries, dtype=np.int64), np.full(n_entries, -1, dtype=np.int64),
                 np.full(n_entries, np.inf), np.zeros(1, dtype=np.int64))
     chunks = Chunks(np.full(G, NO_OP, dtype=np.int64), np.zeros(G, dtype=np.bool_), np.zeros(G), np.zeros(G),
@@ -957,13 +1104,17 @@ def new_state(inp: KernelInputs) -> State:
     flow = Flow(np.zeros(G), np.empty(ret_total), np.empty(ret_total), np.empty(ret_total, dtype=np.int64),
                 np.zeros(G, dtype=np.int64), np.zeros(G, dtype=np.int64), ret_cap, ret_off)
 
-    L = max(n_links, 1)
     link_slot = np.zeros(L, dtype=np.int64)
     on_link = np.flatnonzero(inp.slot_link >= 0)
     link_slot[inp.slot_link[on_link]] = on_link
+    capacity = np.zeros(L)
+    capacity[:n_links] = inp.link_capacity_Bps
+    tokens = np.zeros(L)
+    tokens[:n_links] = inp.link_bucket_bytes  # a link starts idle, its bucket full
     links = Links(np.zeros((L, n_workers), dtype=np.int64), np.zeros(L, dtype=np.int64),
                   np.zeros((L, n_workers), dtype=np.bool_), np.zeros(L, dtype=np.bool_), link_slot,
-                  np.zeros(max(inp.n_servers, 1), dtype=np.bool_))
+                  np.zeros(max(inp.n_servers, 1), dtype=np.bool_), capacity, tokens, np.zeros(L), np.zeros(L),
+                  np.full(L, -1, dtype=np.int64), np.zeros(L, dtype=np.int64))
     H = max(n_hosts, 1)
     hosts = Hosts(np.zeros((H, G), dtype=np.int64), np.zeros(H, dtype=np.int64), np.full(G, -1, dtype=np.int64),
                   np.zeros(H, dtype=np.bool_))

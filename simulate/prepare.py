@@ -14,6 +14,9 @@ Preparation is where the model's assumptions become data:
   updates or carries a variable to its new server.
 - **All-reduce** (TPDS §3.2.2): downlinks carry nothing and every uplink carries
   ``2 (K - 1) / K * size`` bytes at the full link rate.
+- **The RPC chain** (docs/model.md §2.9), when the cluster has one: per server, four message
+  ops, each a latency of its own that waits behind the queue of the link it crosses (RunGraph
+  request, the worker's and the PS's RecvTensor requests, the RunGraph response).
 
 The result, :class:`SimGraph`, keeps ops in topological order with CSR successors.
 """
@@ -31,7 +34,7 @@ from simulate.config import Mode
 from tfbase.errors import UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
 
-KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD = 0, 1, 2
+KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD, KIND_MESSAGE = 0, 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -47,7 +50,10 @@ class SimGraph:
         priority: transfer priority (lower first) for the priority scheduler; inf if none.
         parse_lane: a :class:`~simulate.codes.ParseLane` code: ``LANE`` for parse ops on the
             receiver's parse lane (``OverheadPlacement.LANE``), ``DELAY`` for parse ops that are
-            pure delays (``OverheadPlacement.DELAY``), ``IN_LINE`` for every other op.
+            pure delays (``OverheadPlacement.DELAY``) and for messages, ``IN_LINE`` for every
+            other op.
+        fifo_link: for a message op, the link whose queue it crosses (``m`` server m's
+            downlink, ``M + m`` its uplink), else -1.
         n_servers: parameter servers M; batch_size: examples per worker step.
     """
 
@@ -64,10 +70,13 @@ class SimGraph:
     batch_size: int
     names: np.ndarray
     parse_lane: np.ndarray = None
+    fifo_link: np.ndarray = None
 
     def __post_init__(self) -> None:
         if self.parse_lane is None:
             object.__setattr__(self, "parse_lane", np.full(len(self.resource), ParseLane.IN_LINE, dtype=np.int8))
+        if self.fifo_link is None:
+            object.__setattr__(self, "fifo_link", np.full(len(self.resource), -1, dtype=np.int64))
 
     @property
     def n_ops(self) -> int:
@@ -224,8 +233,86 @@ def prepare(
     parse_lane = np.full(n_new, ParseLane.IN_LINE, dtype=np.int8)
     parse_lane[over_pos] = {OverheadPlacement.COMPUTE: ParseLane.IN_LINE, OverheadPlacement.LANE: ParseLane.LANE,
                             OverheadPlacement.DELAY: ParseLane.DELAY}[cluster.overhead_placement]
-    return SimGraph(
+    sim = SimGraph(
         resource=resource, server=new_server, kind=kind, origin=origin, succ_ptr=succ_ptr,
         succ_idx=dst.astype(np.int64), in_degree=in_degree, work=np.ascontiguousarray(work), priority=priority,
         n_servers=n_servers, batch_size=profile.batch_size, names=names.astype(str), parse_lane=parse_lane,
+    )
+    return sim if cluster.rpc is None else with_rpc_chain(sim, cluster.rpc)
+
+
+def with_rpc_chain(graph: SimGraph, rpc) -> SimGraph:
+    """``graph`` with the step's RPC messages of each server m (docs/model.md §2.9):
+
+    - ``RunGraph`` (uplink m): a root; the PS's ops without predecessors on server m wait
+      for it (the PS's part of the step starts when it arrives);
+    - ``worker requests`` (uplink m): a root; every downlink transfer of m waits for it;
+    - ``PS requests`` (downlink m): after RunGraph; every uplink transfer to m waits for it;
+    - ``RunGraph response`` (downlink m): after every op of the PS's part on m (its PS ops,
+      the uplinks to it and their parsing) that has no successor among them.
+
+    Each message is a pure-delay op (a slot of its own) whose delay is the rpc's, plus, on a
+    link with a queue window, its wait behind that link's queue. Ops are renumbered so that
+    the order stays topological: the roots first, the responses last.
+    """
+    M = graph.n_servers
+    n_old = graph.n_ops
+    n_front = 3 * M  # per server: RunGraph, PS requests, worker requests
+    shift = n_front
+    res, server = graph.resource, graph.server
+    src_old = np.repeat(np.arange(n_old), np.diff(graph.succ_ptr))
+    src, dst = [src_old + shift], [graph.succ_idx + shift]
+    for m in range(M):
+        rungraph, ps_requests, worker_requests, response = 3 * m, 3 * m + 1, 3 * m + 2, shift + n_old + m
+        on_ps = ((res == Resource.PS) | (res == Resource.UPLINK)) & (server == m)
+        ps_roots = np.flatnonzero((res == Resource.PS) & (server == m) & (graph.in_degree == 0))
+        downlinks = np.flatnonzero((res == Resource.DOWNLINK) & (server == m) & (graph.kind == KIND_TRANSFER))
+        uplinks = np.flatnonzero((res == Resource.UPLINK) & (server == m) & (graph.kind == KIND_TRANSFER))
+        # The PS's part: its ops (their parsing included), and the uplinks it receives.
+        part = on_ps
+        has_succ_in_part = np.zeros(n_old, dtype=bool)
+        np.logical_or.at(has_succ_in_part, src_old, part[graph.succ_idx])
+        sinks = np.flatnonzero(part & ~has_succ_in_part)
+        for a, b in ((np.array([rungraph]), ps_roots + shift), (np.array([rungraph]), np.array([ps_requests])),
+                     (np.array([ps_requests]), uplinks + shift), (np.array([worker_requests]), downlinks + shift),
+                     (sinks + shift, np.array([response]))):
+            pairs_a, pairs_b = np.meshgrid(a, b, indexing="ij")
+            src.append(pairs_a.ravel())
+            dst.append(pairs_b.ravel())
+    src, dst = np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
+    n_new = n_old + 4 * M
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    succ_ptr = np.zeros(n_new + 1, dtype=np.int64)
+    np.add.at(succ_ptr, src + 1, 1)
+    succ_ptr = np.cumsum(succ_ptr)
+    in_degree = np.bincount(dst, minlength=n_new).astype(np.int64)
+
+    def spliced(values, front, back):
+        return np.concatenate([front, values, back])
+
+    servers = np.arange(M)
+    front_server = np.repeat(servers, 3)
+    front_resource = np.tile([Resource.WORKER, Resource.PS, Resource.WORKER], M)
+    front_link = np.ravel(np.column_stack([M + servers, servers, M + servers]))  # uplink, downlink, uplink
+    front_delay = np.tile([rpc.rungraph_s, rpc.ps_requests_s, rpc.worker_requests_s], M)
+    front_names = [f"{name}{'' if M == 1 else f' ps{m}'}" for m in range(M)
+                   for name in ("RunGraph", "PS requests", "worker requests")]
+    back_names = [f"RunGraph response{'' if M == 1 else f' ps{m}'}" for m in range(M)]
+    S = graph.n_steps
+    work = np.concatenate([np.broadcast_to(front_delay, (S, n_front)), graph.work,
+                           np.full((S, M), rpc.response_s)], axis=1)
+    return SimGraph(
+        resource=spliced(graph.resource, front_resource, np.full(M, Resource.PS)).astype(np.int8),
+        server=spliced(graph.server, np.where(front_resource == Resource.WORKER, -1, front_server),
+                       servers).astype(np.int16),
+        kind=spliced(graph.kind, np.full(n_front, KIND_MESSAGE), np.full(M, KIND_MESSAGE)).astype(np.int8),
+        origin=spliced(graph.origin, np.full(n_front, -1), np.full(M, -1)).astype(np.int64),
+        succ_ptr=succ_ptr, succ_idx=dst, in_degree=in_degree, work=np.ascontiguousarray(work),
+        priority=spliced(graph.priority, np.full(n_front, np.inf), np.full(M, np.inf)),
+        n_servers=M, batch_size=graph.batch_size,
+        names=np.array(front_names + list(graph.names) + back_names, dtype=str),
+        parse_lane=spliced(graph.parse_lane, np.full(n_front, ParseLane.DELAY),
+                           np.full(M, ParseLane.DELAY)).astype(np.int8),
+        fifo_link=spliced(graph.fifo_link, front_link, servers).astype(np.int64),
     )

@@ -67,6 +67,16 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     roots = [i for i in range(graph.n_ops) if n_preds[i] == 0]
     capacity = {(0, m): numeric(cluster.downlink_Bps) for m in range(M)}
     capacity.update({(2, m): numeric(cluster.uplink_Bps) for m in range(M)})
+    # docs/model.md §4.4: a token bucket per link (peak while tokens last, then sustained).
+    peak = dict(capacity)
+    buckets = {0: cluster.bucket_downlink, 2: cluster.bucket_uplink}
+    sustained = {k: numeric(buckets[k[0]].sustained_Bps) if buckets[k[0]] is not None else peak[k] for k in peak}
+    bucket = {k: numeric(buckets[k[0]].bucket_bytes) if buckets[k[0]] is not None and sustained[k] < peak[k]
+              else numeric(0) for k in peak}
+    tokens = dict(bucket)
+    marked = set()  # links whose busy workers changed during the current event
+    # docs/model.md §4.5: the FIFO's queue window per direction.
+    queue_window = {0: numeric(cluster.queue_window_downlink_bytes), 2: numeric(cluster.queue_window_uplink_bytes)}
     win = cluster.win_bytes
     flow_cap = numeric(config.flow_cap_Bps) if config.flow_cap_Bps else None
     sharing = None if config.mode is Mode.ALLREDUCE else config.sharing
@@ -142,6 +152,13 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             r = capacity[(order, m)] * s
             if flow_cap is not None and sharing is Sharing.FLOW_CAP:
                 r = min(r, flow_cap)
+            qwin, rev = queue_window[order], (2 - order, m)
+            if qwin > 0 and active[rev]:
+                # docs/model.md §4.5: acknowledgements wait behind the reverse direction's queue
+                drain_rev = len(active[rev]) * queue_window[rev[0]] / capacity[rev]
+                drain = len(active[(order, m)]) * qwin / capacity[(order, m)]
+                if drain < drain_rev:
+                    r = min(r, qwin / drain_rev)
             return r
         return s
 
@@ -155,7 +172,16 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         items.sort()
         _, _, op = items.pop(0)
         if not is_link[op]:
-            return Chunk(w, r, op, work_of(w, op), True)
+            work = work_of(w, op)
+            link = int(graph.fifo_link[op])
+            if link >= 0:  # a message: its delay, and its wait behind every byte queued on its link
+                key = (0, link) if link < M else (2, link - M)
+                qwin = queue_window[key[0]]
+                if qwin > 0:
+                    ahead = sum((min(qwin, max(x.remaining, numeric(0))) for x in Q if x.resource == key),
+                                numeric(0))
+                    work += ahead / capacity[key]
+            return Chunk(w, r, op, work, True)
         left = stream_left[(w, op)]
         if grpc:
             gwin = window(r[0])
@@ -173,6 +199,14 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             return Chunk(w, r, op, numeric(win), False)
         return Chunk(w, r, op, left, True)
 
+    def enqueue_chunk(w, r):
+        """The next chunk of (w, r) starts; the worker is on the link while it has one."""
+        chunk = remove_chunk(w, r)
+        if r[0] in (0, 2) and w not in active[r]:
+            active[r].append(w)
+            marked.add(r)
+        Q.append(chunk)
+
     def add(w, op):
         r = res_of[op]
         key = float(graph.priority[op]) if (config.transfer is Transfer.PRIORITY and is_link[op]) else 0
@@ -188,10 +222,8 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         if using(w, r) or blocked(w, r):
             add(w, op)  # just queue it
         else:
-            if r[0] in (0, 2):
-                active[r].append(w)  # w becomes active
             add(w, op)
-            Q.append(remove_chunk(w, r))
+            enqueue_chunk(w, r)  # w becomes active
 
     def start_step(w):
         step_start[w][step[w]] = now
@@ -214,32 +246,77 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     def take_next(w, r):
         """The resource is free: its next chunk, or the worker leaves the link."""
         if scheduler[(w, r)] and not blocked(w, r):
-            if r[0] in (0, 2) and w not in active[r]:
-                active[r].append(w)  # back on the link after waiting for its window
-            Q.append(remove_chunk(w, r))
+            enqueue_chunk(w, r)  # back on the link after waiting for its window, if it was off
         elif r[0] in (0, 2) and w in active[r]:
             active[r].remove(w)
+            marked.add(r)
 
+    def served(k):
+        return sum((rate(x) for x in Q if x.resource == k), numeric(0))
+
+    def advance(dt):
+        """Move every chunk and every token bucket ``dt`` on from ``now`` at the current rates."""
+        rates_now = {id(x): rate(x) for x in Q}
+        serving = {k: served(k) for k in peak}
+        for x in Q:
+            x.remaining -= dt * rates_now[id(x)]
+        for k in peak:
+            if bucket[k] > 0:
+                tokens[k] = min(bucket[k], max(numeric(0), tokens[k] + (sustained[k] - serving[k]) * dt))
+
+    def settle_capacities():
+        """End of an event: a link whose busy workers changed runs at its peak while it has tokens."""
+        for k in list(marked):
+            if queue_window[k[0]] > 0:
+                marked.add((2 - k[0], k[1]))  # its reverse link is re-rated too (acknowledgements)
+        for k in sorted(marked):
+            if bucket[k] > 0:
+                capacity[k] = peak[k] if tokens[k] > 0 else sustained[k]
+        marked.clear()
+
+    def eta_of(x):
+        r = rate(x)
+        return x.remaining / r if x.remaining > 0 and r > 0 else (numeric(0) if x.remaining <= 0 else math.inf)
+
+    def token_event():
+        """The next moment a link at its peak runs out of tokens: (time, link) or None."""
+        best = None
+        for k in sorted(peak):
+            excess = served(k) - sustained[k]
+            if bucket[k] > 0 and capacity[k] > sustained[k] and excess > 0:
+                t = now + tokens[k] / excess
+                if best is None or t < best[0]:
+                    best = (t, k)
+        return best
+
+    settle_capacities()
     while Q or returns or starts:
-        next_end = min((x.remaining / rate(x) if x.remaining > 0 and rate(x) > 0 else
-                        (numeric(0) if x.remaining <= 0 else math.inf)) for x in Q) if Q else math.inf
+        next_end = min(eta_of(x) for x in Q) if Q else math.inf
+        dry = token_event()
+        if dry is not None and dry[0] < now + next_end and (not returns or dry[0] < min(returns)[0]) \
+                and (not starts or dry[0] < starts[0][0]):
+            # A link's tokens run out (after chunk ends, window returns and starts at one instant).
+            t, k = dry
+            advance(t - now)
+            now = t
+            tokens[k] = numeric(0)
+            capacity[k] = sustained[k]
+            marked.add(k)  # re-rated as if its busy workers had changed, its reverse link too
+            settle_capacities()
+            continue
         if starts and starts[0][0] < now + next_end and (not returns or starts[0][0] < min(returns)[0]):
             # A worker's delayed first step; at one instant, after chunk ends and window returns.
             t, w = starts.pop(0)
-            rates_now = {id(x): rate(x) for x in Q}
-            for x in Q:
-                x.remaining -= (t - now) * rates_now[id(x)]
+            advance(t - now)
             now = t
             start_step(w)
+            settle_capacities()
             continue
         if returns and min(returns)[0] < now + next_end:
             # Window returns strictly before the next chunk end (at a tie the chunk ends first);
             # at one time, link slots in (worker, resource) order.
             t = min(returns)[0]
-            if Q:
-                etas_now = {id(x): rate(x) for x in Q}
-                for x in Q:
-                    x.remaining -= (t - now) * etas_now[id(x)]
+            advance(t - now)
             now = t
             due = sorted({(w, r) for (tt, w, r, _, _) in returns if tt <= now}, key=lambda k: (k[0], k[1]))
             w, r = due[0]
@@ -255,24 +332,13 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
                         start(w, op, resume=True)
             if not any(x.worker == w and x.resource == r for x in Q):
                 take_next(w, r)
+            settle_capacities()
             continue
-        etas = []
-        for x in Q:
-            r = rate(x)
-            if x.remaining <= 0:
-                eta = numeric(0)
-            elif r > 0:
-                eta = x.remaining / r
-            else:
-                eta = math.inf
-            etas.append((eta, x.worker, x.resource, x))
+        etas = [(eta_of(x), x.worker, x.resource, x) for x in Q]
         etas.sort(key=lambda e: (e[0], e[1], e[2]))
         eta, w, r, nxt = etas[0]
-        rates = {id(x): rate(x) for x in Q}
+        advance(eta)
         now = now + eta
-        for x in Q:
-            if x is not nxt:
-                x.remaining -= eta * rates[id(x)]
         Q.remove(nxt)
         if grpc and is_link[nxt.op] and not (nxt.is_last and nxt.size == 0):  # an empty last chunk returns nothing
             flow = flows[r[0]]
@@ -303,4 +369,5 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
                     done[0] = 0
                     for v in range(W):
                         start_step(v)
+        settle_capacities()
     return step_start, step_end

@@ -114,6 +114,42 @@ def test_cluster_json_round_trips_with_the_spec_keys(calibrations, tmp_path):
     assert cluster.overhead_uplink.alpha_s_per_byte == document["overhead"]["uplink"]["alpha_s_per_byte"]
 
 
+@pytest.mark.parametrize("name", SHAPED)
+def test_the_network_terms_are_calibrated_and_read_back(calibrations, name, tmp_path):
+    """docs/calibration.md §4.4, §4.5, §7.1: a bucket where the busy rate beats iperf3, the
+    queue window from the worker's bytes in flight, the RPC latencies; CLUSTER.json carries
+    them to the model."""
+    calibration = calibrations[name]
+    document = calibration.to_cluster_json()
+    for direction, bucket in document["token_bucket"].items():
+        assert calibration.bandwidth_source == "capture"
+        assert bucket["sustained_Bps"] == calibration.iperf3_bandwidth_Bps[direction]
+        assert bucket["sustained_Bps"] < document["bandwidth_Bps"][direction]
+        assert 0 < bucket["bucket_bytes"] < 30e6  # below a step's bytes
+    window = document["queue_window_bytes"]
+    assert window["downlink"] == window["uplink"] and 1_000 < window["uplink"] < 4e6
+    rpc = document["rpc"]
+    assert rpc["steps"] >= 3  # traced steps whose RunGraph was captured
+    assert all(0 <= rpc[key] < 0.05 for key in ("rungraph_s", "worker_requests_s", "ps_requests_s", "response_s"))
+    path = tmp_path / "CLUSTER.json"
+    path.write_text(json.dumps(document))
+    cluster = load_cluster(path)
+    assert cluster.queue_window_uplink_bytes == window["uplink"]
+    assert cluster.rpc.rungraph_s == rpc["rungraph_s"]
+    assert (cluster.bucket_downlink is None) == ("downlink" not in document["token_bucket"])
+
+
+def test_bytes_in_flight_of_the_busiest_sender_connection(data_dir):
+    from netcapture.inflight import bytes_in_flight
+
+    flights = bytes_in_flight(data_dir / "captures" / "wide_1gbit" / "capture.pcap.gz", "10.231.0.2")
+    busiest = max(flights, key=lambda f: f.payload_bytes)
+    assert busiest.sender_port == 2223  # the worker's own server port: the PS pulls gradients from it
+    # a few packets of 64 kB or less in flight each time; the worker's requests (the other connection) almost none
+    assert 64e3 <= busiest.median_bytes <= 1.3e6 and len(busiest.samples_bytes) > 1000
+    assert min(flights, key=lambda f: f.payload_bytes).median_bytes < 2e3
+
+
 def test_calibrate_cli_writes_cluster_and_plots(data_dir, tmp_path, capsys):
     out = tmp_path / "CLUSTER.json"
     assert main(["calibrate", str(data_dir / "captures" / "wide_100mbit"), "-o", str(out), "--plots",

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference_sim import reference_run
 
-from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement
+from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, RpcChain, TokenBucket
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import KIND_TRANSFER, prepare
@@ -102,6 +102,13 @@ CONFIG_SPACE = st.builds(
         start_offsets_s=tuple(k * stagger * 2.0 ** -9 for k in range(w)) if stagger else None),
     st.integers(1, 4), st.sampled_from(list(Mode)), st.sampled_from([Sharing.PS, Sharing.FCFS, Sharing.FLOW_CAP]),
     st.sampled_from(list(Transfer)), st.integers(0, 3), st.integers(0, 3))
+
+
+# The network terms of docs/model.md §4.4-4.5: links that burst at their peak and sustain half
+# of it, and FIFOs of window-limited connections; dyadic like every other constant.
+NETWORK = dataclasses.replace(CLUSTER, bucket_downlink=TokenBucket(2.0 ** 26, 2.0 ** 17),
+                              bucket_uplink=TokenBucket(2.0 ** 25, 2.0 ** 16),
+                              queue_window_downlink_bytes=2.0 ** 16, queue_window_uplink_bytes=2.0 ** 15)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -334,3 +341,101 @@ def test_the_kernel_runs_without_reference_counting_where_numba_allows():
 
     assert NRT_OFF == ({"_nrt": False} if hasattr(CPUTargetOptions, "_nrt") else {})
     assert NRT_OFF, f"numba {numba.__version__} has no _nrt option: the event loop runs with reference counting"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(), CONFIG_SPACE)
+def test_engine_matches_reference_with_token_buckets_and_fifo_waits(profile, config):
+    assert engine_vs_reference(profile, config, cluster=NETWORK) < 1e-9
+
+
+@pytest.mark.parametrize("name", ["tiny", "alexnet"])
+@pytest.mark.parametrize("transfer", [Transfer.GRPC, Transfer.FIFO])
+def test_network_terms_match_reference_on_bundled_profiles(bundled_profile, name, transfer):
+    config = SimConfig(workers=3, transfer=transfer, steps=4, warmup=1, seed=2,
+                       start_offsets_s=(0.0, 2.0 ** -8, 2.0 ** -7))
+    assert engine_vs_reference(bundled_profile(name), config, cluster=NETWORK) < 1e-9
+
+
+def test_a_token_bucket_bursts_then_sustains():
+    """One worker, one big transfer on an idle link: the first bucket of bytes (over what the
+    sustained rate pays for) goes at the peak, the rest at the sustained rate."""
+    size = 2.0 ** 24
+    profile = make_profile([Resource.DOWNLINK], [0], [int(size)], [[0.0]], edges=[])
+    cluster = ClusterModel(2.0 ** 27, 2.0 ** 27, bucket_downlink=TokenBucket(2.0 ** 26, 2.0 ** 22))
+    config = SimConfig(workers=1, transfer=Transfer.FIFO, steps=1, warmup=0)
+    end = run(prepare(profile, cluster), cluster, config).step_end_s[0, 0]
+    # at the peak P until the bucket b is spent: t1 = b / (P - R); then the rest at R
+    t1 = 2.0 ** 22 / (2.0 ** 27 - 2.0 ** 26)
+    assert end == pytest.approx(t1 + (size - 2.0 ** 27 * t1) / 2.0 ** 26, rel=1e-12)
+    # without the bucket the peak is sustained
+    plain = ClusterModel(2.0 ** 27, 2.0 ** 27)
+    assert run(prepare(profile, plain), plain, config).step_end_s[0, 0] == pytest.approx(size / 2.0 ** 27)
+
+
+def test_a_light_direction_waits_for_its_acknowledgements():
+    """docs/model.md §4.5: worker 0 uploads 1 MiB while workers 1 and 2 download; the upload's
+    acknowledgements wait behind their two windows, so it sends a window per 2 windows' worth
+    of the downlink: half the link. Without queue windows it gets the whole link."""
+    B, window = 2.0 ** 27, 2.0 ** 17
+    profile = make_profile([Resource.DOWNLINK, Resource.WORKER, Resource.UPLINK], [0, -1, 0],
+                           [2 ** 24, 0, 2 ** 20], [[0.0, 2.0 ** -12, 0.0]], edges=[(0, 1), (1, 2)])
+    config = SimConfig(workers=3, transfer=Transfer.FIFO, steps=1, warmup=0, trace_steps=1,
+                       start_offsets_s=(0.0, 2.0 ** -4, 2.0 ** -4))
+
+    def upload_of_worker_0(cluster):
+        trace = run(prepare(profile, cluster, workers=3), cluster, config).trace
+        mine = (trace["worker"] == 0) & (trace["op"] == 2)
+        return float((trace["end_s"] - trace["start_s"])[mine][0])
+
+    fifo = ClusterModel(B, B, queue_window_downlink_bytes=window, queue_window_uplink_bytes=window)
+    assert upload_of_worker_0(fifo) == pytest.approx(2 * 2.0 ** 20 / B, rel=1e-12)
+    assert upload_of_worker_0(ClusterModel(B, B)) == pytest.approx(2.0 ** 20 / B, rel=1e-12)
+
+
+def test_a_message_waits_behind_the_queued_windows():
+    """A RunGraph request (a message on the uplink) that starts while another worker uploads
+    waits behind that connection's queued window."""
+    B, window = 2.0 ** 27, 2.0 ** 17
+    profile = make_profile([Resource.UPLINK, Resource.PS], [0, 0], [2 ** 24, 0], [[0.0, 2.0 ** -12]],
+                           edges=[(0, 1)])
+    rpc = RpcChain(rungraph_s=2.0 ** -12)
+    fifo = ClusterModel(B, B, queue_window_uplink_bytes=window, rpc=rpc)
+    plain = ClusterModel(B, B, rpc=rpc)
+    start_1 = 2.0 ** -8
+    config = SimConfig(workers=2, transfer=Transfer.FIFO, steps=1, warmup=0, start_offsets_s=(0.0, start_1),
+                       trace_steps=1)
+
+    def rungraph_end_of_worker_1(cluster):
+        graph = prepare(profile, cluster, workers=2)
+        trace = run(graph, cluster, config).trace
+        rungraph = int(np.flatnonzero(graph.names == "RunGraph")[0])
+        mine = (trace["worker"] == 1) & (trace["op"] == rungraph)
+        return float(trace["end_s"][mine][0])
+
+    assert rungraph_end_of_worker_1(plain) == pytest.approx(start_1 + 2.0 ** -12, rel=1e-12)
+    assert rungraph_end_of_worker_1(fifo) == pytest.approx(start_1 + 2.0 ** -12 + window / B, rel=1e-12)
+
+RPC = dataclasses.replace(NETWORK, rpc=RpcChain(2.0 ** -12, 2.0 ** -13, 2.0 ** -11, 2.0 ** -12))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(servers=2), CONFIG_SPACE)
+def test_engine_matches_reference_with_the_rpc_chain(profile, config):
+    assert engine_vs_reference(profile, config, cluster=RPC) < 1e-9
+
+
+def test_the_rpc_chain_frames_each_step():
+    """With one worker and an idle network, a step is the RunGraph request's delay, the traced
+    ops, and the response's delay: the chain's messages add their latencies in sequence."""
+    # a PS op (the read), the parameter's downlink, a worker op, the gradient's uplink, the PS's update
+    profile = make_profile([Resource.PS, Resource.DOWNLINK, Resource.WORKER, Resource.UPLINK, Resource.PS],
+                           [0, 0, -1, 0, 0], [0, 2 ** 20, 0, 2 ** 20, 0],
+                           [[2.0 ** -10, 0.0, 2.0 ** -8, 0.0, 2.0 ** -10]], edges=[(0, 1), (1, 2), (2, 3), (3, 4)])
+    plain = ClusterModel(2.0 ** 27, 2.0 ** 27)
+    chain = dataclasses.replace(plain, rpc=RpcChain(2.0 ** -11, 2.0 ** -12, 2.0 ** -12, 2.0 ** -11))
+    config = SimConfig(workers=1, transfer=Transfer.FIFO, steps=1, warmup=0)
+    base = run(prepare(profile, plain), plain, config).step_end_s[0, 0]
+    framed = run(prepare(profile, chain), chain, config).step_end_s[0, 0]
+    # RunGraph before the read, the response after the update; the requests overlap the read
+    assert framed == pytest.approx(base + 2.0 ** -11 + 2.0 ** -11, rel=1e-12)

@@ -121,7 +121,7 @@ def test_page_shows_the_numbers_beside_it(report_dir):
     assert f"W = {saturated[0]}" in page
     assert f"{headline['throughput_at_saturation_eps']:,.1f}" in page
     assert headline["mean_abs_error"]["tfsim"] == pytest.approx(
-        np.mean([abs(float(r["error_tfsim"])) for r in comparison]), rel=1e-9)
+        np.mean([abs(float(r["error_tfsim"])) for r in comparison]), rel=1e-7)  # the CSV keeps 9 significant digits
     for sentence in document["recommendation"]:
         assert sentence.replace("'", "&#x27;") in page
     job = document["job"]
