@@ -20,10 +20,13 @@ from simulate.config import SimConfig, Transfer
 from tfprofile.dag import Profile, Resource
 
 
+MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
+
+
 def scale_computation(profile: Profile, factor: float) -> Profile:
     """``profile`` with every WORKER and PS op's duration multiplied by ``factor``."""
-    if not (0 < factor <= 1):
-        raise ValueError(f"a tracing correction factor must be in (0, 1], not {factor}")
+    if not (0 < factor <= MAX_SCALE):
+        raise ValueError(f"a one-worker correction factor must be in (0, {MAX_SCALE:g}], not {factor}")
     compute = np.isin(profile.graph.resource, (Resource.WORKER, Resource.PS))
     duration = profile.duration_s.copy()
     duration[:, compute] *= factor
@@ -47,14 +50,21 @@ def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfe
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,
                           transfer: Transfer | None = None, iterations: int = 30) -> float:
-    """The factor in (0, 1] for :func:`scale_computation` that makes the one-worker step time
-    ``untraced_step_s`` (bisection; the step time grows with the factor). 1.0 when the
-    profile is not slower than that; the smallest factor tried when even computation at
-    nothing cannot reach it (the transfers alone take longer)."""
+    """The factor for :func:`scale_computation` that makes the model's one-worker step time
+    ``untraced_step_s``, in either direction (bisection; the step time grows with the factor).
+
+    Below 1 it takes tracing's own cost out (a traced step is slower than an untraced one);
+    above 1 it puts back what a one-worker step spends that the model has no term for (host
+    work around the ops, docs/model.md §10), at the rate of the computation. The smallest
+    factor tried when even computation at nothing is too slow (the transfers alone take
+    longer); :data:`MAX_SCALE` when even that much computation is too fast.
+    """
     transfer = transfer or Transfer(cluster.default_transfer)
-    if one_worker_step_s(profile, cluster, transfer) <= untraced_step_s:
-        return 1.0
     low, high = 0.0, 1.0
+    if one_worker_step_s(profile, cluster, transfer) < untraced_step_s:
+        low, high = 1.0, MAX_SCALE
+        if one_worker_step_s(scale_computation(profile, high), cluster, transfer) <= untraced_step_s:
+            return MAX_SCALE
     for _ in range(iterations):
         mid = (low + high) / 2
         if one_worker_step_s(scale_computation(profile, max(mid, 1e-6)), cluster, transfer) > untraced_step_s:

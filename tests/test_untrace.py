@@ -5,7 +5,7 @@ import pytest
 
 from simulate.cluster import ClusterModel
 from simulate.config import Transfer
-from simulate.untrace import fit_computation_scale, one_worker_step_s, scale_computation
+from simulate.untrace import MAX_SCALE, fit_computation_scale, one_worker_step_s, scale_computation
 from tfprofile.dag import Resource
 
 CLUSTER = ClusterModel.from_bandwidth(1.25e9)  # 10 Gbit: computation is most of the step
@@ -19,7 +19,9 @@ def test_scaling_touches_computation_only(bundled_profile):
     assert np.array_equal(scaled.duration_s[:, ~compute], profile.duration_s[:, ~compute])
     assert scaled.meta["computation_scale"] == 0.5
     with pytest.raises(ValueError):
-        scale_computation(profile, 1.5)
+        scale_computation(profile, 0.0)
+    with pytest.raises(ValueError):
+        scale_computation(profile, 5.0)
 
 
 def test_the_fitted_scale_reproduces_the_untraced_step_time(bundled_profile):
@@ -32,7 +34,14 @@ def test_the_fitted_scale_reproduces_the_untraced_step_time(bundled_profile):
                                                                                                          rel=1e-3)
 
 
-def test_a_profile_already_fast_enough_is_left_alone(bundled_profile):
+def test_a_profile_faster_than_the_run_is_scaled_up(bundled_profile):
+    """The correction goes both ways: a one-worker model faster than the untraced run puts the
+    missing time back on the computation."""
     profile = bundled_profile("tiny")
     traced = one_worker_step_s(profile, CLUSTER, Transfer.FIFO)
-    assert fit_computation_scale(profile, CLUSTER, traced * 1.2, transfer=Transfer.FIFO) == 1.0
+    factor = fit_computation_scale(profile, CLUSTER, traced * 1.2, transfer=Transfer.FIFO)
+    assert 1 < factor < MAX_SCALE
+    assert one_worker_step_s(scale_computation(profile, factor), CLUSTER, Transfer.FIFO) == pytest.approx(
+        traced * 1.2, rel=1e-3)
+    # beyond what computation can explain, the factor stops at its bound
+    assert fit_computation_scale(profile, CLUSTER, traced * 100, transfer=Transfer.FIFO) == MAX_SCALE
