@@ -19,7 +19,6 @@ from simulate.cluster import ClusterModel
 from simulate.config import SimConfig, Transfer
 from tfprofile.dag import Profile, Resource
 
-
 MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
 
 
