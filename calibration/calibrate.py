@@ -66,6 +66,7 @@ from simulate.cluster_file import CLUSTER_FORMAT, cluster_from_dict, flow_contro
 from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
 from tfbase.errors import InputError, RunDirError, TraceWarning
+from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
 from tfprofile.rundir import open_run_dir, profile_from_run_dir
 
 DIRECTIONS = ("downlink", "uplink")
@@ -159,6 +160,11 @@ def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
         if not files:
             raise RunDirError(run_dir / "iperf3", f"has no {direction}_*.json: collect with --capture")
         summary = summarise_iperf(files)
+        for result in summary.runs:
+            rate = result.received_bits_per_s / 8
+            if not MIN_RATE_BPS <= rate <= MAX_RATE_BPS:
+                raise InputError(result.path, f"end.sum_received.bits_per_second is {result.received_bits_per_s:g}: "
+                                              "a link's rate must be between 1 kbit/s and 100 Tbit/s")
         rates[direction] = summary.received_bits_per_s.median / 8
         spread[direction] = {"min": summary.received_bits_per_s.minimum / 8,
                              "max": summary.received_bits_per_s.maximum / 8, "runs": len(files)}
