@@ -80,7 +80,7 @@ def add_steps_options(p: argparse.ArgumentParser, *, steps: int) -> None:
 
 
 def add_seed_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed, 0 to 2^32-1 (default: 0)")
 
 
 def add_jobs_option(p: argparse.ArgumentParser) -> None:
