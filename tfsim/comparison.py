@@ -51,10 +51,9 @@ def read_measured(path: Path, setting: str | None = None):
     repeated = counts[counts > 1]
     if len(repeated):
         w = int(repeated.index.min())
-        hint = (" (tfsim's own prediction.csv has a row per configuration; measurements have one per W)"
+        hint = (" (this is a prediction table: it has one row per configuration)"
                 if "policy" in frame or "transfer" in frame else "")
-        raise InputError(path, f"W = {w} appears in {int(repeated[w])} rows: a measurement table has one row per "
-                               f"W{hint}")
+        raise InputError(path, f"W = {w} appears in {int(repeated[w])} rows: measurements have one row per W{hint}")
     return pd.DataFrame({"workers": workers.astype(int), "throughput_eps": rates.astype(float)})
 
 
