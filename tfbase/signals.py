@@ -52,9 +52,10 @@ def _handler(signum, frame) -> None:
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
+def stop_on_signals(*, then_ignore: bool = False) -> Iterator[None]:
     """Turn SIGINT into KeyboardInterrupt and SIGTERM/SIGHUP into Terminated while inside
-    (main thread only; elsewhere this does nothing). Restores the previous handlers after."""
+    (main thread only; elsewhere this does nothing). Restores the previous handlers after, or,
+    with ``then_ignore`` (a process about to exit), ignores the signals from then on."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -69,8 +70,9 @@ def stop_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
+        _state["stopping"] = True  # leaving: a signal from here on is not raised
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            signal.signal(sig, signal.SIG_IGN if then_ignore else old)
         _state.update(saved)
 
 

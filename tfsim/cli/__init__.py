@@ -99,7 +99,16 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def entry() -> int:
+    """The ``tfsim`` program: :func:`main`, then exit with its status. A stop signal that comes
+    once the command is done (the interpreter shutting down, the outputs committed) is ignored:
+    the status is what the command did."""
+    return main(exiting=True)
+
+
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one command line; its exit status. ``exiting``: the process ends after this (stop
+    signals are ignored once the command is done, instead of restoring their handlers)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     command_parser = _subparser(parser, args.command)
@@ -114,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     warnings.showwarning = show_warning
     try:
-        with stop_on_signals():
+        with stop_on_signals(then_ignore=exiting):
             try:
                 return _run(args, command_parser)
             except KeyboardInterrupt:
