@@ -18,9 +18,26 @@ MAX_CORES = 100_000.0
 MIN_CORES = 0.01
 MAX_STAGGER = 1000.0  # in profiled steps
 MAX_TRACE_CHUNKS = 1_000_000  # chunks a traced run records (a Chrome trace of about 200 MB)
-# A sweep's estimated op events (W x N x ops, summed over its configurations): at 5 M op
-# events/s on one core (bench/results/engine.json) this is about 11 hours of one core.
+# A sweep's estimated events (W x N x the chunks of a step, summed over its configurations): at
+# 2 to 5 M events/s on one core (bench/results/engine.json) this is 11 to 28 hours of one core.
+# TFSIM_MAX_OP_EVENTS lowers (or raises) it, e.g. for a service that must answer in a minute.
 MAX_SWEEP_OP_EVENTS = 200_000_000_000
+
+
+def max_sweep_op_events() -> int:
+    """:data:`MAX_SWEEP_OP_EVENTS`, or the positive whole number in ``TFSIM_MAX_OP_EVENTS``."""
+    import os
+
+    text = os.environ.get("TFSIM_MAX_OP_EVENTS", "").strip()
+    if not text:
+        return MAX_SWEEP_OP_EVENTS
+    try:
+        value = int(float(text))
+    except (ValueError, OverflowError):
+        raise UsageError("TFSIM_MAX_OP_EVENTS", f"must be a positive whole number, not {text[:40]!r}") from None
+    if value < 1:
+        raise UsageError("TFSIM_MAX_OP_EVENTS", f"must be a positive whole number, not {text[:40]!r}")
+    return value
 
 
 class Mode(enum.Enum):

@@ -22,7 +22,6 @@ from simulate.config import (
     MAX_SERVERS,
     MAX_STAGGER,
     MAX_STEPS,
-    MAX_SWEEP_OP_EVENTS,
     MAX_TRACE_CHUNKS,
     MAX_WORKERS,
     Colocation,
@@ -30,6 +29,7 @@ from simulate.config import (
     Sharing,
     SimConfig,
     Transfer,
+    max_sweep_op_events,
     parse_enum,
 )
 from simulate.engine import SimRun, run
@@ -165,8 +165,10 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
     scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
                         priorities.get(transfer))
     colocation = _single_host(cores) if cores else None
-    _check_scenario(profile, cluster, scenario, {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation,
-                                                 "flow_cap_Bps": flow_cap_Bps, "stagger": stagger, "max_steps": steps})
+    options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
+               "stagger": stagger, "max_steps": steps}
+    _check_scenario(profile, cluster, scenario, options)
+    check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers")
     return run_in_child(simulate_one, profile, cluster, scenario, steps=steps, warmup=0, seed=seed,
                         flow_cap_Bps=flow_cap_Bps, colocation=colocation, stagger=stagger, trace_steps=steps)
 
@@ -290,7 +292,7 @@ class Sweep:
     @property
     def op_events(self) -> int:
         """The sweep's estimated op events (what bounds its run time)."""
-        return sweep_op_events(self.profile, self.scenarios, self.options)
+        return sweep_op_events(self.profile, self.scenarios, self.options, self.cluster)
 
     def run(self, *, jobs: int = 1, progress: bool = False):
         """Simulate every configuration; one row each (see :func:`predict`)."""
@@ -307,13 +309,47 @@ class Sweep:
         return frame
 
 
-def sweep_op_events(profile: Profile, scenarios: Sequence[Scenario], options: dict) -> int:
-    """An upper bound of the op events of a sweep: W x the steps it may reach x the ops of a
-    step (parse ops included), summed over the configurations (hybrid sharing counts twice)."""
-    transfers = int(np.isin(profile.graph.resource, (Resource.DOWNLINK, Resource.UPLINK)).sum())
-    ops = profile.graph.n_ops + transfers
+def step_chunks(profile: Profile, cluster: ClusterModel, transfer: Transfer) -> int:
+    """An upper bound of the chunks one worker's step runs: every op and parse op once, and the
+    streams the transfer model cuts: ``http2`` once at most, ``grpc`` at every window's worth of
+    bytes (a small window and a large tensor make many chunks)."""
+    graph = profile.graph
+    links = np.isin(graph.resource, (Resource.DOWNLINK, Resource.UPLINK))
+    chunks = graph.n_ops + int(links.sum())
+    if transfer is Transfer.HTTP2:
+        chunks += int(links.sum())
+    elif transfer is Transfer.GRPC:
+        for resource, flow in ((Resource.DOWNLINK, cluster.flow_downlink), (Resource.UPLINK, cluster.flow_uplink)):
+            window = min(v for _, v in flow.window_timeline)
+            if math.isfinite(window) and window > 0:
+                sizes = graph.size_bytes[graph.resource == resource].astype(np.float64)
+                chunks += int(np.ceil(sizes / window).sum())
+    return chunks
+
+
+def sweep_op_events(profile: Profile, scenarios: Sequence[Scenario], options: dict,
+                    cluster: ClusterModel | None = None) -> int:
+    """An upper bound of the events of a sweep: W x the steps it may reach x the chunks of a step
+    (:func:`step_chunks`), summed over the configurations (hybrid sharing counts twice)."""
     steps = options["max_steps"] if options.get("ci_target") is not None else options["steps"]
-    return sum(s.workers * steps * ops * (2 if s.sharing is Sharing.HYBRID else 1) for s in scenarios)
+    per_step: dict[Transfer, int] = {}
+    total = 0
+    for s in scenarios:
+        if s.transfer not in per_step:
+            per_step[s.transfer] = (step_chunks(profile, cluster, s.transfer) if cluster is not None
+                                    else profile.graph.n_ops + int(np.isin(profile.graph.resource, (
+                                        Resource.DOWNLINK, Resource.UPLINK)).sum()))
+        total += s.workers * steps * per_step[s.transfer] * (2 if s.sharing is Sharing.HYBRID else 1)
+    return total
+
+
+def check_events(events: int, what: str, parameter: str = "workers") -> None:
+    """Refuse work beyond :func:`~simulate.config.max_sweep_op_events`."""
+    limit = max_sweep_op_events()
+    if events > limit:
+        raise UsageError(parameter, f"{what} would simulate about {events:.2g} events, more than the limit of "
+                                    f"{limit:.2g} (TFSIM_MAX_OP_EVENTS; 2 to 5 million a second on one core): fewer "
+                                    "worker counts, steps or orders")
 
 
 def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> None:
@@ -424,11 +460,8 @@ def plan_sweep(
         if key not in checked:
             checked.add(key)
             _check_scenario(profile, cluster, scenario, options)
-    events = sweep_op_events(profile, scenarios, options)
-    if events > MAX_SWEEP_OP_EVENTS:
-        raise UsageError("workers", f"this sweep would simulate about {events:.2g} op events ({len(scenarios)} "
-                                    f"configurations; the limit is {MAX_SWEEP_OP_EVENTS:.0e}, about 11 hours of one "
-                                    "core): fewer worker counts, steps or orders")
+    check_events(sweep_op_events(profile, scenarios, options, cluster),
+                 f"this sweep ({len(scenarios)} configuration{'s' if len(scenarios) != 1 else ''})")
     return Sweep(profile, cluster, tuple(scenarios), options)
 
 

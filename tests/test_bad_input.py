@@ -68,7 +68,21 @@ def test_steps_times_workers_is_bounded(capsys):
 
 def test_a_sweep_beyond_its_op_event_budget_is_refused(capsys):
     one_error(capsys, ["predict", DATA / "profiles" / "inception3.npz", "--bandwidth", "1gbit", "--workers",
-                       "1-1024", "--steps", "19000", "--transfer", "http2,fifo,tic,tac,random"], "op events")
+                       "1-1024", "--steps", "19000", "--transfer", "http2,fifo,tic,tac,random"], "events", "TFSIM_MAX_OP_EVENTS")
+
+
+def test_a_large_tensor_on_a_small_window_is_counted_in_the_budget(tmp_path, capsys, monkeypatch):
+    """The grpc model cuts a stream at every window's worth of bytes: a 1 TiB tensor on a 16 KiB window
+    is 2^26 chunks a step, which the budget counts (it used to run for hours)."""
+    members = _profile_members()
+    members["op_size_bytes"] = members["op_size_bytes"].copy()
+    members["op_size_bytes"][int(np.flatnonzero(members["op_resource"] == 0)[0])] = 2**40
+    cluster = json.loads(CLUSTER.read_text())
+    cluster["flow_control"]["downlink"]["window_timeline"] = [{"t_s": 0, "window_bytes": 16384}]
+    (tmp_path / "c.json").write_text(json.dumps(cluster))
+    monkeypatch.setenv("TFSIM_MAX_OP_EVENTS", "1e8")
+    one_error(capsys, ["predict", _npz(tmp_path, members), "--cluster", tmp_path / "c.json", "--transfer", "grpc",
+                       "--workers", "1", "--steps", "3", "--warmup", "1", "--jobs", "1"], "events")
 
 
 def test_every_error_class_pickles():

@@ -186,7 +186,7 @@ def profile_from_traces(
 def profile_from_run_dir(path: str | os.PathLike) -> Profile:
     """Read a complete run directory into a profile of all its traced steps."""
     run_dir = open_run_dir(path)
-    config = run_dir.run.get("config", {})
+    config = run_dir.run.get("config") if isinstance(run_dir.run.get("config"), dict) else {}
     meta = {
         "source": str(run_dir.path.name),
         "model": config.get("model_fn") or config.get("model"),

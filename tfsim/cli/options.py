@@ -41,6 +41,16 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def jobs_count(text: str) -> int:
+    """argparse type: a number of worker processes, 1 to :data:`simulate.workers.MAX_JOBS`."""
+    from simulate.workers import MAX_JOBS
+
+    value = positive_int(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_JOBS}, not {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number above 0."""
     try:
@@ -84,7 +94,8 @@ def add_seed_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_jobs_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--jobs", type=jobs_count, help="parallel processes, at most 256 (default: the machine's cores, "
+                                                   "at most 8)")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:
