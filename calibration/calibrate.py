@@ -367,6 +367,13 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     return best, {"traced_makespan_median_s": target, "relative_error_of_one_worker_step": errors}
 
 
+def _tensorflow_version(run: dict) -> str | None:
+    """``versions.tensorflow`` of run.json when it is there and a string (it decides the default model)."""
+    versions = run.get("versions")
+    version = versions.get("tensorflow") if isinstance(versions, dict) else None
+    return version[:40] if isinstance(version, str) else None
+
+
 def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
     """Fit B, WIN and α/β from a run directory made by ``tfsim collect --capture``."""
     run_dir = Path(run_dir)
@@ -399,7 +406,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
             window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
             model_error=model_check(samples, rates, windows, flow_control), samples=tuple(samples),
             flow_control=flow_control, bandwidth_source=source, iperf3_bandwidth_Bps=bandwidth,
-            tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
+            tensorflow=_tensorflow_version(run.run), capture_notes=tuple(capture.warnings),
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])

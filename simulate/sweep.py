@@ -36,7 +36,7 @@ from simulate.engine import SimRun, run
 from simulate.prepare import _priorities, prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise
 from simulate.workers import MAX_JOBS, WorkerPool, run_in_child
-from tfbase.errors import TfsimWarning, UsageError
+from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfprofile.dag import Profile, Resource
 
 ROW_COLUMNS = (
@@ -100,7 +100,16 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                        transfer=scenario.transfer, steps=steps, warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps,
                        colocation=colocation, trace_steps=trace_steps,
                        start_offsets_s=staggered_starts(profile, scenario.workers, stagger))
-    return run(graph, cluster, config)
+    try:
+        return run(graph, cluster, config)
+    except ValueError as exc:
+        if "window-return buffer overflow" not in str(exc):
+            raise
+        # The compiled engine keeps a bounded buffer of the grpc model's pending WINDOW_UPDATEs;
+        # more chunks than it holds finishing within one update delay overflow it.
+        raise InputError(cluster.source or "cluster", "the grpc model's window updates overflow the engine's buffer: "
+                                                      "flow_control update_delay_s is too long for this job's steps "
+                                                      "(a shorter delay, or the http2 transfer model)") from None
 
 
 def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict,

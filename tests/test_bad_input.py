@@ -68,7 +68,8 @@ def test_steps_times_workers_is_bounded(capsys):
 
 def test_a_sweep_beyond_its_op_event_budget_is_refused(capsys):
     one_error(capsys, ["predict", DATA / "profiles" / "inception3.npz", "--bandwidth", "1gbit", "--workers",
-                       "1-1024", "--steps", "19000", "--transfer", "http2,fifo,tic,tac,random"], "events", "TFSIM_MAX_OP_EVENTS")
+                       "1-1024", "--steps", "19000", "--transfer", "http2,fifo,tic,tac,random"], "events",
+              "TFSIM_MAX_OP_EVENTS")
 
 
 def test_a_large_tensor_on_a_small_window_is_counted_in_the_budget(tmp_path, capsys, monkeypatch):
@@ -83,6 +84,17 @@ def test_a_large_tensor_on_a_small_window_is_counted_in_the_budget(tmp_path, cap
     monkeypatch.setenv("TFSIM_MAX_OP_EVENTS", "1e8")
     one_error(capsys, ["predict", _npz(tmp_path, members), "--cluster", tmp_path / "c.json", "--transfer", "grpc",
                        "--workers", "1", "--steps", "3", "--warmup", "1", "--jobs", "1"], "events")
+
+
+def test_a_window_update_delay_the_engine_cannot_hold_is_one_line(tmp_path, capsys):
+    """The compiled engine holds a bounded number of pending WINDOW_UPDATEs per link: a delay of a
+    second on a job whose steps take milliseconds overflows it (found by the command fuzz campaign)."""
+    cluster = json.loads(CLUSTER.read_text())
+    cluster["flow_control"]["uplink"]["update_delay_s"] = 1
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cluster))
+    one_error(capsys, ["predict", TINY, "--cluster", path, "--workers", "1", "--transfer", "grpc", *FAST],
+              str(path), "update_delay_s")
 
 
 def test_every_error_class_pickles():

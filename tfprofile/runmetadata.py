@@ -70,11 +70,18 @@ def graph_nodes(metadata, source: str | os.PathLike) -> list[GraphNode]:
     for graph in metadata.partition_graphs:
         for node in graph.node:
             attr = node.attr
+
+            def text(key: str, node=node, attr=attr) -> str:
+                if key not in attr:
+                    return ""
+                try:
+                    return attr[key].s.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TraceFormatError(source, f"node {node.name[:80]!r}: its {key} is not UTF-8 text") from None
+
             nodes.append(GraphNode(
                 name=node.name, op=node.op, device=node.device, inputs=tuple(node.input),
-                tensor_name=attr["tensor_name"].s.decode() if "tensor_name" in attr else "",
-                send_device=attr["send_device"].s.decode() if "send_device" in attr else "",
-                recv_device=attr["recv_device"].s.decode() if "recv_device" in attr else "",
+                tensor_name=text("tensor_name"), send_device=text("send_device"), recv_device=text("recv_device"),
                 client_terminated=bool(attr["client_terminated"].b) if "client_terminated" in attr else False,
             ))
     return nodes
