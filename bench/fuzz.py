@@ -31,6 +31,17 @@ accepts it. The table (``bench/results/fuzz.json`` and ``fuzz.md``) gives, per r
 the inputs tried, the distinct failures found (regression cases and new ones), those
 fixed, and those open; new failures are written under ``--failures`` to become cases.
 
+Whole commands (``--commands [NAMES] --runs N``): each run is a ``tfsim`` command line with
+mutated input files and option values (:mod:`fuzz_commands`), run by ``tfsim.cli.main`` in a
+child forked from a warm worker, in a process group of its own, under ``RLIMIT_AS`` and a time
+limit, with ``TFSIM_MAX_OP_EVENTS`` set so that any run tfsim accepts fits in that time. A run
+passes when it exits with 0 or 2 (not 1 from a traceback, not a signal, not a timeout), prints
+exactly one line on stderr with exit 2, leaves no process of its group behind, and leaves no
+stray file (nothing new or changed after exit 2; only its outputs, and no staged ``.*.tmp``,
+after exit 0). Failures are kept whole (command line and files) as regression cases in
+``tests/fuzz_cases/commands/`` and replayed first; results in ``fuzz-commands.json`` and
+``fuzz-commands.md``.
+
 Coverage guidance: atheris 3.0.0 installs and imports on this Python (3.11), but libFuzzer
 runs one reader per process until the first failure and has no per-reader input count or
 restart-and-continue for this table, so the campaign uses seeded, structure-aware mutation
@@ -796,7 +807,17 @@ def command_worker(tasks, results, progress, options: dict) -> None:
     warnings.simplefilter("ignore")
     ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a command's orphans come to us
     scratch = fuzz_targets.scratch_dir()
-    _warm_up(scratch, options)
+    try:
+        _warm_up(scratch, options)
+        _command_tasks(tasks, results, progress, options, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        from fuzz_commands import remove_seeds
+
+        remove_seeds()
+
+
+def _command_tasks(tasks, results, progress, options: dict, scratch: Path) -> None:
     while True:
         task = tasks.get()
         if task is None:

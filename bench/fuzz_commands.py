@@ -113,6 +113,13 @@ def small_run_dir() -> Path:
     return target
 
 
+def remove_seeds() -> None:
+    """Remove the seed files this process made (the reduced run directory)."""
+    if small_run_dir.cache_info().currsize:
+        shutil.rmtree(small_run_dir().parent, ignore_errors=True)
+        small_run_dir.cache_clear()
+
+
 def _shortest_capture(run_dir: Path, capture: bytes, blocks: list[int]) -> int:
     """The shortest cut of the capture (at a block boundary, in tenths of it) that still calibrates."""
     import warnings
