@@ -872,8 +872,10 @@ def run_command_campaign(names: list[str], runs: int, seed: int, processes: int,
     pending = [("replay", case["id"], case["target"], json.loads((COMMAND_CASES / case["file"]).read_text()))
                for case in cases if case["target"] in names]
     chunk = options.get("chunk", 25)
-    pending += [("fuzz", name, seed, start, min(start + chunk, runs)) for start in range(0, runs, chunk)
-                for name in names]
+    counts = {name: options.get("runs_of", {}).get(name, runs) for name in names}
+    pending += [("fuzz", name, seed, start, min(start + chunk, counts[name]))
+                for start in range(0, max(counts.values(), default=0), chunk) for name in names
+                if start < counts[name]]
     report = {name: {"inputs": 0, "failures": {}, "replayed": {}} for name in names}
     outstanding = 0
     hard_limit = options["run_seconds"] * 3 + 120
@@ -1080,6 +1082,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="fuzz whole commands instead of readers (comma-separated, default all): "
                              "writes fuzz-commands.json and fuzz-commands.md")
     parser.add_argument("--runs", type=int, default=10_000, help="with --commands: runs per command")
+    parser.add_argument("--runs-of", default="", metavar="NAME=N,...",
+                        help="with --commands: another number of runs for some commands (e.g. demo=2000)")
     parser.add_argument("--run-seconds", type=float, default=120.0, help="with --commands: time limit of one run")
     args = parser.parse_args(argv)
     if args.commands:
@@ -1114,7 +1118,8 @@ def _main_commands(args) -> int:
     if unknown:
         raise SystemExit(f"unknown command(s) {', '.join(unknown)}; known: {', '.join(COMMAND_TARGETS)}")
     memory = args.memory_mb if args.memory_mb != 1024 else 3072
-    options = {"targets": names, "run_seconds": args.run_seconds, "memory_mb": memory}
+    runs_of = {name: int(count) for name, _, count in (item.partition("=") for item in args.runs_of.split(",") if item)}
+    options = {"targets": names, "run_seconds": args.run_seconds, "memory_mb": memory, "runs_of": runs_of}
     cases = load_command_cases()
     started = time.monotonic()
     report = run_command_campaign(names, args.runs, args.seed, max(1, args.processes), options, cases)
