@@ -69,18 +69,21 @@ def plan_demo_files(directory: OutputDirectory) -> None:
 
 def run_demo(out: Path | OutputDirectory, *, data: Path | None = None, steps: int = 400, jobs: int = 1,
              say: Callable[[str], None] = say_on_stderr, ready: Callable[[], None] = lambda: None,
-             text=None) -> int:
+             text=None, after_commit: list[str] | None = None) -> int:
     """Write the demo into ``out`` (the bundled data of ``data``, default: the project's
     ``data/``): the report on the main model, profile summaries, plots and findings. ``out`` is a
     path (committed here) or a planned :class:`~tfbase.fileio.OutputDirectory` (its run commits
-    it); ``ready()`` is called once the inputs are checked; the tables go to ``text`` (default
-    stdout). Returns 0."""
+    it, and prints the lines left in ``after_commit`` once it has); ``ready()`` is called once
+    the inputs are checked; the tables go to ``text`` (default stdout). Returns 0."""
     if not isinstance(out, OutputDirectory):
+        closing: list[str] = []
         with Outputs() as outputs:
             directory = outputs.directory(out, "demo directory")
             plan_demo_files(directory)
-            run_demo(directory, data=data, steps=steps, jobs=jobs, say=say, ready=ready, text=text)
+            run_demo(directory, data=data, steps=steps, jobs=jobs, say=say, ready=ready, text=text,
+                     after_commit=closing)
             outputs.commit()
+        print("\n".join(closing), file=text or sys.stdout)
         return 0
     started = time.monotonic()
     text = text or sys.stdout
@@ -149,8 +152,11 @@ def run_demo(out: Path | OutputDirectory, *, data: Path | None = None, steps: in
                                    "steps": steps, "reference_transfer": ref,
                                    "saturation_workers": saturation})
     print("\n" + "\n".join(lines), file=text)
-    print(f"\n{out.shown}/: report.html with report.json, prediction.csv/json, comparison.csv, baselines.csv, "
-          f"orderings.csv; profiles.csv, throughput.png, baselines.png, findings.txt (computed in "
-          f"{time.monotonic() - started:.0f} s)", file=text)
-    print(f"the report: {page}", file=text)
+    closing = [f"\nwrote {out.shown}/ (report.html with report.json, prediction.csv/json, comparison.csv, "
+               f"baselines.csv, orderings.csv; profiles.csv, throughput.png, baselines.png, findings.txt) in "
+               f"{time.monotonic() - started:.0f} s", f"the report: {page}"]
+    if after_commit is not None:
+        after_commit.extend(closing)  # said once the files are in place
+    else:
+        print("\n".join(closing), file=text)
     return 0

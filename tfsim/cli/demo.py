@@ -26,10 +26,12 @@ def run(args) -> int:
     from tfsim.cli.console import console
     from tfsim.demo import plan_demo_files, run_demo
 
+    closing: list[str] = []
     with Outputs() as outputs:
         directory = outputs.directory(args.out, "--out")
         plan_demo_files(directory)
         run_demo(directory, data=args.data, steps=args.steps, jobs=args.jobs or default_jobs(), say=console.say,
-                 ready=console.release)
+                 ready=console.release, after_commit=closing)
         outputs.commit()
+    print("\n".join(closing))
     return 0
