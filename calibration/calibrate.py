@@ -71,6 +71,7 @@ from tfprofile.rundir import open_run_dir, profile_from_run_dir
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
+MAX_IPERF_BYTES = 64 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,9 @@ def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
         files = sorted((run_dir / "iperf3").glob(f"{direction}_*.json"))
         if not files:
             raise RunDirError(run_dir / "iperf3", f"has no {direction}_*.json: collect with --capture")
+        for path in files:  # read whole by netcapture's reader: bounded here
+            if path.stat().st_size > MAX_IPERF_BYTES:
+                raise InputError(path, f"is larger than an iperf3 -J result can be ({MAX_IPERF_BYTES // 2**20} MiB)")
         summary = summarise_iperf(files)
         for result in summary.runs:
             rate = result.received_bits_per_s / 8

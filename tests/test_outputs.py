@@ -212,6 +212,31 @@ def test_a_read_only_mount_fails_before_any_work(tmp_path, capsys):
         subprocess.run(["umount", str(mount)])
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small file system needs root")
+def test_a_full_disk_fails_cleanly_and_leaves_nothing(tmp_path, capsys):
+    """The disk fills while the staged output is written: exit 2, one line (no warning before it:
+    the cluster is calibrated), and neither that output nor the run's others."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        with open(mount / "filler", "wb") as handle:
+            try:
+                handle.write(b"\0" * (1 << 20))
+            except OSError:
+                pass
+        code, _, err = run(["predict", TINY, "--cluster", ROOT / "data" / "clusters" / "lab-1gbit.json", "--workers",
+                            "1,2", "--steps", "30", "--warmup", "5", "--jobs", "1", "--no-progress",
+                            "--csv", tmp_path / "p.csv", "--json", mount / "p.json"], capsys)
+        assert code == 2 and err.strip().splitlines() == [
+            f"tfsim: error: {mount / 'p.json'}: cannot write: No space left on device"], err
+        assert not (tmp_path / "p.csv").exists() and not (mount / "p.json").exists()
+        assert staged(tmp_path) == [] and staged(mount) == []
+    finally:
+        subprocess.run(["umount", str(mount)])
+
+
 def test_order_and_calibrate_refuse_two_texts_on_stdout(capsys):
     code, _, err = run(["order", TINY, "--policy", "tic", "-o", "-", "--json"], capsys)
     assert code == 2 and err.strip().startswith("tfsim: error: --json:")

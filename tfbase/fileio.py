@@ -341,9 +341,10 @@ def write_text(path: str | os.PathLike | Output, text: str) -> None:
 
 
 def read_input(path: str | os.PathLike, *, limit: int, error: type[InputError] = InputError,
-               what: str = "file") -> bytes:
-    """The bytes of an input file, gzip'd or not (decompressed), refusing with ``error`` one that
-    is, or expands to, more than ``limit`` bytes: a small file never makes tfsim allocate more."""
+               what: str = "file", gunzip: bool = True) -> bytes:
+    """The bytes of an input file, gzip'd or not (decompressed, with ``gunzip``), refusing with
+    ``error`` one that is, or expands to, more than ``limit`` bytes: a small file never makes
+    tfsim allocate more."""
     import gzip
     import zlib
 
@@ -357,7 +358,7 @@ def read_input(path: str | os.PathLike, *, limit: int, error: type[InputError] =
         raise error(path, "no such file") from None
     except OSError as exc:
         raise error(path, f"cannot read: {_reason(exc)}") from None
-    if raw[:2] != b"\x1f\x8b":
+    if raw[:2] != b"\x1f\x8b" or not gunzip:
         return raw
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:

@@ -9,20 +9,24 @@ file, ``--setting`` picks one.
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
 from tfbase.errors import InputError
+from tfbase.fileio import read_input
 
 MAX_WORKERS = 1_000_000  # far above any cluster; bounds the integer conversion
+MAX_TABLE_BYTES = 64 * 2**20
 
 
 def read_measured(path: Path, setting: str | None = None):
     """The measured points of a CSV: a DataFrame with ``workers`` and ``throughput_eps``."""
     import pandas as pd
 
+    raw = read_input(path, limit=MAX_TABLE_BYTES, what="measurement table", gunzip=False)
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(io.BytesIO(raw))
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except (OSError, ValueError, pd.errors.ParserError) as exc:
