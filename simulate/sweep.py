@@ -154,6 +154,30 @@ def check_traced_run(profile: Profile, workers: int, steps: int, *, workers_para
                                             f"trace at most {MAX_TRACE_CHUNKS // per_worker} workers")
 
 
+def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
+                    sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
+                    steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0,
+                    workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
+    """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
+    that set W and the steps; the arguments of :func:`simulate_one` that run it."""
+    check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
+    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "transfer")
+    sharing_ = parse_enum(Sharing, sharing, "sharing")
+    if sharing_ is Sharing.HYBRID:
+        warnings.warn(TfsimWarning("sharing", "hybrid sharing is traced as ps"), stacklevel=3)
+        sharing_ = Sharing.PS
+    scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
+                        priorities.get(transfer))
+    colocation = _single_host(cores) if cores else None
+    options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
+               "stagger": stagger, "max_steps": steps}
+    _check_scenario(profile, cluster, scenario, options)
+    check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers",
+                 workers_parameter)
+    return {"profile": profile, "cluster": cluster, "scenario": scenario, "steps": steps, "warmup": 0, "seed": seed,
+            "flow_cap_Bps": flow_cap_Bps, "colocation": colocation, "stagger": stagger, "trace_steps": steps}
+
+
 def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0) -> SimRun:
@@ -162,24 +186,19 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
 
     ``transfer`` is a scheduler name or a key of ``priorities`` (then the priority scheduler
     with that order). Hybrid sharing is an average of two runs, so it is traced as ``ps``
-    (with a warning). Workers start as :func:`staggered_starts` spreads them. The simulation
-    runs in a child process (:func:`simulate.workers.run_in_child`).
+    (with a warning). Workers start as :func:`staggered_starts` spreads them. Checked first
+    (:func:`plan_traced_run`); the simulation runs in a child process
+    (:func:`simulate.workers.run_in_child`).
     """
-    check_traced_run(profile, workers, steps)
-    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "transfer")
-    sharing_ = parse_enum(Sharing, sharing, "sharing")
-    if sharing_ is Sharing.HYBRID:
-        warnings.warn(TfsimWarning("sharing", "hybrid sharing is traced as ps"), stacklevel=2)
-        sharing_ = Sharing.PS
-    scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
-                        priorities.get(transfer))
-    colocation = _single_host(cores) if cores else None
-    options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
-               "stagger": stagger, "max_steps": steps}
-    _check_scenario(profile, cluster, scenario, options)
-    check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers")
-    return run_in_child(simulate_one, profile, cluster, scenario, steps=steps, warmup=0, seed=seed,
-                        flow_cap_Bps=flow_cap_Bps, colocation=colocation, stagger=stagger, trace_steps=steps)
+    arguments = plan_traced_run(profile, cluster, workers=workers, transfer=transfer, priorities=priorities,
+                                sharing=sharing, mode=mode, servers=servers, cores=cores, steps=steps, seed=seed,
+                                flow_cap_Bps=flow_cap_Bps, stagger=stagger)
+    return run_in_child(_traced, arguments)
+
+
+def _traced(arguments: dict) -> SimRun:
+    arguments = dict(arguments)
+    return simulate_one(arguments.pop("profile"), arguments.pop("cluster"), arguments.pop("scenario"), **arguments)
 
 
 def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:

@@ -67,7 +67,7 @@ def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
-    from simulate.sweep import check_traced_run, default_jobs, parse_workers, plan_sweep, traced_run
+    from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
     from tfbase.figures import save_figure
     from tfbase.fileio import Outputs, atomic_output, write_json
     from tfbase.units import format_rate, parse_rate
@@ -107,10 +107,13 @@ def run(args) -> int:
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger)
-        trace_workers = args.trace_workers or max(parse_workers(args.workers))
+        trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
+                             priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
+                             cores=args.cores, steps=args.trace_steps, seed=args.seed, flow_cap_Bps=flow_cap,
+                             stagger=args.stagger)
         if trace_out is not None:
-            check_traced_run(profile, trace_workers, args.trace_steps, workers_parameter="trace_workers",
-                             steps_parameter="trace_steps")
+            plan_traced_run(profile, cluster, **trace_options, workers_parameter="trace_workers",
+                            steps_parameter="trace_steps")
         console.release()  # every input is checked: from here on, warnings and progress as they come
 
         frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)
@@ -139,9 +142,6 @@ def run(args) -> int:
                                                        f"{format_rate(cluster.downlink_Bps)} links"), plot_out)
         if trace_out is not None:
             # A few steps of the largest (or the chosen) configuration, every chunk recorded.
-            run_ = traced_run(profile, cluster, workers=trace_workers, transfer=transfers[0], priorities=priorities,
-                              sharing=sharings[0], mode=args.mode, servers=args.servers, cores=args.cores,
-                              steps=args.trace_steps, seed=args.seed, flow_cap_Bps=flow_cap, stagger=args.stagger)
-            write_chrome_trace(run_, trace_out)
+            write_chrome_trace(traced_run(profile, cluster, **trace_options), trace_out)
         outputs.commit()
     return 0

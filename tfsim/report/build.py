@@ -20,7 +20,7 @@ from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baselines
 from simulate.config import MAX_TRACE_CHUNKS
 from simulate.orderings import expand_random, order_gains, ordering_priorities
-from simulate.sweep import check_traced_run, parse_workers, plan_sweep, trace_chunks, traced_run
+from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, trace_chunks, traced_run
 from tfbase.errors import InputError, TfsimWarning
 from tfbase.units import parse_rate
 from tfprofile.profile_io import load_profile
@@ -160,10 +160,9 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     sweep = plan_sweep(profile, cluster, workers=workers, mode=request.mode, transfer=transfers,
                        priorities=priorities, steps=request.steps, warmup=request.warmup, seed=request.seed,
                        cores=request.cores)
-    if request.gantt_workers is not None:
-        check_traced_run(profile, request.gantt_workers, GANTT_STEPS, workers_parameter="gantt_workers")
-    for w in (1, 2):  # the smallest Gantt pictures must fit; larger defaults are capped (build_report)
-        check_traced_run(profile, w, GANTT_STEPS, workers_parameter="gantt_workers")
+    for w in {1, 2, request.gantt_workers or 1}:  # the pictures that must fit; a larger default is capped later
+        plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
+                        cores=request.cores, steps=GANTT_STEPS, seed=request.seed, workers_parameter="gantt_workers")
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
     return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit)
 
