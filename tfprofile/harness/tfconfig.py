@@ -139,12 +139,12 @@ def load_task(env: Mapping[str, str], cluster_spec: str | os.PathLike | None = N
         where = str(cluster_spec)
         try:
             if Path(cluster_spec).stat().st_size > 1 << 20:
-                raise ClusterError(label, f"--cluster-spec {where} is larger than a cluster spec can be (1 MiB)")
+                raise ClusterError(label, f"the cluster spec {where} is larger than a cluster spec can be (1 MiB)")
             text = Path(cluster_spec).read_text(encoding="utf-8")
         except OSError as exc:
             raise ClusterError(label, f"cannot read --cluster-spec {where}: {exc.strerror or exc}") from None
         except UnicodeDecodeError:
-            raise ClusterError(label, f"--cluster-spec {where} is not UTF-8 text (JSON)") from None
+            raise ClusterError(label, f"the cluster spec {where} is not UTF-8 text (JSON)") from None
     else:
         where = "TF_CONFIG"
         text = env.get("TF_CONFIG", "")

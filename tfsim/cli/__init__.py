@@ -57,6 +57,8 @@ PARAMETER_OPTIONS = {
     "timeout_s": "--timeout",
     "connect_timeout_s": "--connect-timeout",
     "batch_size": "--batch",
+    "warmup_steps": "--warmup",
+    "gantt_workers": "--gantt-workers",
     "rate_bit": "--rate",
     "delay_ms": "--latency",
     "output": "-o",
