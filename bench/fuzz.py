@@ -31,6 +31,17 @@ accepts it. The table (``bench/results/fuzz.json`` and ``fuzz.md``) gives, per r
 the inputs tried, the distinct failures found (regression cases and new ones), those
 fixed, and those open; new failures are written under ``--failures`` to become cases.
 
+Whole commands (``--commands [NAMES] --runs N``): each run is a ``tfsim`` command line with
+mutated input files and option values (:mod:`fuzz_commands`), run by ``tfsim.cli.main`` in a
+child forked from a warm worker, in a process group of its own, under ``RLIMIT_AS`` and a time
+limit, with ``TFSIM_MAX_OP_EVENTS`` set so that any run tfsim accepts fits in that time. A run
+passes when it exits with 0 or 2 (not 1 from a traceback, not a signal, not a timeout), prints
+exactly one line on stderr with exit 2, leaves no process of its group behind, and leaves no
+stray file (nothing new or changed after exit 2; only its outputs, and no staged ``.*.tmp``,
+after exit 0). Failures are kept whole (command line and files) as regression cases in
+``tests/fuzz_cases/commands/`` and replayed first; results in ``fuzz-commands.json`` and
+``fuzz-commands.md``.
+
 Coverage guidance: atheris 3.0.0 installs and imports on this Python (3.11), but libFuzzer
 runs one reader per process until the first failure and has no per-reader input count or
 restart-and-continue for this table, so the campaign uses seeded, structure-aware mutation
@@ -41,6 +52,8 @@ JSON documents) on top of a short seeded run.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import hashlib
 import json
 import math
@@ -48,6 +61,7 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -393,16 +407,17 @@ def worker(tasks, results, progress, options: dict) -> None:
 class Pool:
     """Worker processes with a watchdog: a worker silent for too long, or dead, is replaced."""
 
-    def __init__(self, processes: int, options: dict):
+    def __init__(self, processes: int, options: dict, target=None):
         self.context = multiprocessing.get_context("fork")
         self.options = options
+        self.target = target or worker
         self.results = self.context.Queue()
         self.slots = [self._start() for _ in range(processes)]
 
     def _start(self) -> dict:
         tasks = self.context.Queue()
         progress = self.context.Value("q", -1)
-        process = self.context.Process(target=worker, args=(tasks, self.results, progress, self.options),
+        process = self.context.Process(target=self.target, args=(tasks, self.results, progress, self.options),
                                        daemon=True)
         process.start()
         return {"process": process, "tasks": tasks, "progress": progress, "task": None, "since": 0.0,
@@ -499,6 +514,494 @@ def _watch(pool: Pool, position: int, slot: dict, report: dict, pending: list, o
     return -1
 
 
+# -- whole commands ---------------------------------------------------------------------------
+#
+# ``--commands``: each run is a command line of ``tfsim`` with its input files (made by
+# :mod:`fuzz_commands` from the seed, the command and the run's number), run by
+# ``tfsim.cli.main`` in a child forked from a worker that has imported everything (so that a run
+# costs a fork, not an interpreter start), in a process group of its own, with an address-space
+# limit and a time limit. A run passes when:
+#
+# - it exits with 0 or 2 (never 1 from a traceback, never killed by a signal, never a timeout);
+# - on exit 2, stderr is exactly one line, ``tfsim: error: ...``;
+# - no process of its group outlives it;
+# - it leaves no stray file: after exit 2 nothing in its directory is new or changed; after
+#   exit 0 only the outputs it was given are (each of them there), and no staged ``.*.tmp``.
+
+COMMAND_CASES = CASES / "commands"
+
+
+def snapshot(where: Path) -> dict[str, tuple]:
+    """Every entry under ``where``: (kind, content digest or link target)."""
+    out = {}
+    for path in sorted(where.rglob("*")):
+        rel = str(path.relative_to(where))
+        if path.is_symlink():
+            out[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            out[rel] = ("dir", "")
+        elif path.is_file():
+            out[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest())
+        else:
+            out[rel] = ("other", "")
+    return out
+
+
+def _normalise(text: str, where: Path) -> str:
+    import re
+
+    text = text.replace(str(where), "<run>").replace(str(where.parent), "<scratch>")
+    text = re.sub(r"0x[0-9a-f]+", "0x?", text)
+    text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+    return text[:160]
+
+
+def _traceback_signature(err: str) -> str:
+    """``Type at file:line`` of the innermost frame of the project's code in a printed traceback."""
+    import re
+
+    frames = re.findall(r'File "([^"]+)", line (\d+)', err)
+    ours = [(f, n) for f, n in frames if f.startswith(str(ROOT)) and "/bench/" not in f and "/.venv/" not in f]
+    where = ours[-1] if ours else (frames[-1] if frames else ("?", "?"))
+    name = where[0][len(str(ROOT)) + 1:] if where[0].startswith(str(ROOT)) else Path(where[0]).name
+    last = [ln for ln in err.strip().splitlines() if ln and not ln.startswith(" ")]
+    kind = last[-1].split(":", 1)[0] if last else "?"
+    return f"{kind} at {name}:{where[1]}"
+
+
+def execute_command(run, where: Path, seconds: float, memory_mb: int, options_events: int = 50_000_000) -> dict:
+    """Run one command line in a forked child (see above); what happened. The child's work limit
+    (``TFSIM_MAX_OP_EVENTS``) is set so that any run tfsim accepts ends well within ``seconds``:
+    a timeout then means the limit failed to bound the work."""
+    import select
+
+    from fuzz_commands import install_stub
+
+    out_path, err_path = where.parent / (where.name + ".stdout"), where.parent / (where.name + ".stderr")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: becomes the command
+        code = 99
+        try:
+            os.setpgid(0, 0)
+            os.chdir(where)
+            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                    (2, err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+                handle = os.open(path, flags, 0o644)
+                os.dup2(handle, fd)
+                os.close(handle)
+            for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            import warnings
+
+            warnings.resetwarnings()
+            multiprocessing.current_process()._config.pop("daemon", None)  # may start its own workers
+            os.environ["TFSIM_MAX_OP_EVENTS"] = str(options_events)  # what the planner lets through finishes in time
+            os.environ.update(run.env)
+            install_stub(run.stub)
+            _limit_memory(memory_mb)
+            from tfsim.cli import main as tfsim_main
+
+            try:
+                code = tfsim_main(run.argv, exiting=True)
+            except SystemExit as exit_:  # argparse
+                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:  # the campaign's own setup failed: say so (exit 99)
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    started = time.monotonic()
+    status, timed_out = None, False
+    pidfd = os.pidfd_open(pid)
+    try:
+        while status is None:
+            remaining = seconds - (time.monotonic() - started)
+            if remaining <= 0:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+                status = os.waitpid(pid, 0)[1]
+                break
+            select.select([pidfd], [], [], remaining)
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = raw
+    finally:
+        os.close(pidfd)
+    took = time.monotonic() - started
+    strays = _group_left(pid)
+    err = err_path.read_text(errors="replace") if err_path.exists() else ""
+    out = out_path.read_text(errors="replace") if out_path.exists() else ""
+    for path in (out_path, err_path):
+        path.unlink(missing_ok=True)
+    return {"status": status, "timed_out": timed_out, "strays": strays, "err": err, "out": out, "seconds": took}
+
+
+def _group_left(pgid: int) -> int:
+    """Processes of the command's group still alive shortly after it exited (killed then)."""
+    deadline = time.monotonic() + 1.0
+    while True:
+        with contextlib.suppress(ChildProcessError):  # reap orphans handed to us (we are their subreaper)
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return 0
+        if time.monotonic() > deadline:
+            alive = sum(1 for entry in os.listdir("/proc") if entry.isdigit() and _pgid_of(int(entry)) == pgid)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            return max(alive, 1)
+        time.sleep(0.01)
+
+
+def _pgid_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return int(fields[3]) if fields[0] != "Z" else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def judge(run, where: Path, before: dict, result: dict) -> str | None:
+    """The run's failure (a signature that tells failures apart), or None when it passed."""
+    status = result["status"]
+    if result["timed_out"]:
+        return "timeout"
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    code = os.WEXITSTATUS(status)
+    err = result["err"]
+    if code not in (0, 2):
+        if "Traceback (most recent call last)" in err:
+            return f"exit {code}: " + _traceback_signature(err)
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        return f"exit {code}: " + _normalise(lines[-1] if lines else "(no message)", where)
+    if code == 2:
+        lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+        if len(lines) != 1 or not lines[0].startswith("tfsim: error: "):
+            first = next((ln for ln in lines if not ln.startswith("tfsim: error")), lines[0] if lines else "")
+            return f"exit 2 with {min(len(lines), 3)}+ stderr lines: " + _normalise(first, where)
+    if result["strays"]:
+        return "processes outlived the command"
+    after = snapshot(where)
+    changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+    staged = sorted(p for p in after if Path(p).name.startswith(".") and p.endswith(".tmp"))
+    if staged:
+        return f"exit {code}: staged file left: " + _normalise(staged[0], where)
+    if code == 2 and changed:
+        return "exit 2 but files changed: " + _normalise(sorted(changed)[0], where)
+    if code == 0:
+        allowed = _allowed_changes(run, where, before)
+        stray = sorted(p for p in changed if p not in allowed)
+        if stray:
+            return "exit 0 with stray files: " + _normalise(stray[0], where)
+        missing = sorted(o for o in run.outputs if not (where / o).exists())
+        if missing:
+            return "exit 0 without its output: " + _normalise(missing[0], where)
+    return None
+
+
+def _allowed_changes(run, where: Path, before: dict) -> set[str]:
+    """What a successful run may create or change: its outputs, their directories, and the files
+    that symlinks at output paths point to."""
+    allowed = set()
+    for output in run.outputs:
+        parts = Path(output).parts
+        allowed |= {str(Path(*parts[:k])) for k in range(1, len(parts) + 1)}
+        path = where / output
+        if path.is_symlink():
+            target = Path(os.path.realpath(path))
+            with contextlib.suppress(ValueError):
+                rel = target.relative_to(where.resolve())
+                allowed |= {str(Path(*rel.parts[:k])) for k in range(1, len(rel.parts) + 1)}
+        for parent in Path(output).parents:  # an output inside a symlinked directory
+            if (where / parent).is_symlink():
+                target = Path(os.path.realpath(where / parent)) / Path(output).relative_to(parent)
+                with contextlib.suppress(ValueError):
+                    rel = target.relative_to(where.resolve())
+                    allowed |= {str(Path(*rel.parts[:k])) for k in range(1, len(rel.parts) + 1)}
+    return allowed
+
+
+def command_run(name: str, seed: int, index: int, scratch: Path, options: dict) -> tuple[str | None, dict]:
+    """Make and run input ``index`` of command ``name``; (failure or None, the case to keep)."""
+    from fuzz_commands import COMMAND_TARGETS
+
+    where = scratch / f"{name}-{index}"
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir()
+    try:
+        run = COMMAND_TARGETS[name].make(input_rng(seed, "command/" + name, index), where)
+    except Exception as exc:  # the campaign's own bug: a failure to see, not a crash of the worker
+        from fuzz_commands import Run
+
+        return f"harness error: {signature(exc)}", (Run([name], set(), set()), where)
+    return _run_case(run, where, options), (run, where)
+
+
+def _run_case(run, where: Path, options: dict) -> str | None:
+    before = snapshot(where)
+    result = execute_command(run, where, options["run_seconds"], options["memory_mb"])
+    failure = judge(run, where, before, result)
+    status = result["status"]
+    _OUTCOMES[f"exit {os.WEXITSTATUS(status)}" if failure is None and os.WIFEXITED(status) else "failed"] += 1
+    return failure
+
+
+_OUTCOMES: collections.Counter = collections.Counter()
+
+
+def pack_case(run, where: Path) -> dict:
+    """A run as a regression case: its command line and every entry of its directory."""
+    import base64
+
+    entries = {}
+    for path in sorted(where.rglob("*")):
+        rel = str(path.relative_to(where))
+        if path.is_symlink():
+            entries[rel] = {"link": os.path.relpath(os.path.realpath(path), path.parent)
+                            if os.path.realpath(path).startswith(str(where.resolve())) else os.readlink(path)}
+        elif path.is_dir():
+            entries[rel] = {"dir": True}
+        else:
+            entries[rel] = {"data": base64.b64encode(path.read_bytes()).decode()}
+    return {"argv": run.argv, "inputs": sorted(run.inputs), "outputs": sorted(run.outputs), "stub": run.stub,
+            "env": run.env, "entries": entries}
+
+
+def unpack_case(case: dict, where: Path):
+    """Recreate a packed case in ``where``; the :class:`fuzz_commands.Run` to run."""
+    import base64
+
+    from fuzz_commands import Run
+
+    for rel, entry in case["entries"].items():
+        path = where / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if "dir" in entry:
+            path.mkdir(exist_ok=True)
+        elif "link" in entry:
+            path.symlink_to(entry["link"])
+        else:
+            path.write_bytes(base64.b64decode(entry["data"]))
+    return Run(case["argv"], set(case["inputs"]), set(case["outputs"]), case.get("stub"), case.get("env") or {})
+
+
+def command_worker(tasks, results, progress, options: dict) -> None:
+    """Run command tasks ``("fuzz", name, seed, start, stop)`` and ``("replay", id, name, case)``."""
+    import ctypes
+    import warnings
+
+    warnings.simplefilter("ignore")
+    ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a command's orphans come to us
+    scratch = fuzz_targets.scratch_dir()
+    try:
+        _warm_up(scratch, options)
+        _command_tasks(tasks, results, progress, options, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        from fuzz_commands import remove_seeds
+
+        remove_seeds()
+
+
+def _command_tasks(tasks, results, progress, options: dict, scratch: Path) -> None:
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        if task[0] == "replay":
+            _, case_id, name, case = task
+            where = scratch / f"replay-{case_id}"
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            failure = _run_case(unpack_case(case, where), where, options)
+            shutil.rmtree(where, ignore_errors=True)
+            results.put(("replay", case_id, name, failure))
+            continue
+        _, name, seed, start, stop = task
+        found = {}
+        _OUTCOMES.clear()
+        for index in range(start, stop):
+            progress.value = index
+            failure, (run, where) = command_run(name, seed, index, scratch, options)
+            if failure is not None and failure not in found:
+                found[failure] = (index, pack_case(run, where))
+            shutil.rmtree(where, ignore_errors=True)
+        progress.value = -1
+        results.put(("done", name, start, stop, found, dict(_OUTCOMES)))
+
+
+def _warm_up(scratch: Path, options: dict) -> None:
+    """Import what the commands import, so that every forked run starts warm."""
+    import fuzz_commands
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+    import pandas  # noqa: F401
+
+    import calibration.calibrate  # noqa: F401
+    import simulate.kernel
+    import simulate.sweep  # noqa: F401
+    import tfsim.cli
+    import tfsim.demo
+    import tfsim.report  # noqa: F401
+
+    for name in options["targets"]:
+        if name in ("calibrate", "profile"):
+            fuzz_commands.small_run_dir()
+
+
+def run_command_campaign(names: list[str], runs: int, seed: int, processes: int, options: dict,
+                         cases: list[dict]) -> dict:
+    """Replay the command regression cases, then ``runs`` runs of every command."""
+    pool = Pool(processes, options, target=command_worker)
+    pending = [("replay", case["id"], case["target"], json.loads((COMMAND_CASES / case["file"]).read_text()))
+               for case in cases if case["target"] in names]
+    chunk = options.get("chunk", 25)
+    counts = {name: options.get("runs_of", {}).get(name, runs) for name in names}
+    pending += [("fuzz", name, seed, start, min(start + chunk, counts[name]))
+                for start in range(0, max(counts.values(), default=0), chunk) for name in names
+                if start < counts[name]]
+    report = {name: {"inputs": 0, "failures": {}, "replayed": {}} for name in names}
+    outstanding = 0
+    hard_limit = options["run_seconds"] * 3 + 120
+    try:
+        while pending or outstanding:
+            for slot in pool.slots:
+                if slot["task"] is None and pending:
+                    slot["task"], slot["since"] = pending.pop(0), time.monotonic()
+                    slot["tasks"].put(slot["task"])
+                    outstanding += 1
+            try:
+                message = pool.results.get(timeout=1.0)
+            except Exception:  # queue.Empty
+                message = None
+            if message is not None:
+                outstanding -= 1
+                if message[0] == "done":
+                    outcomes = report[message[1]].setdefault("outcomes", {})
+                    for key, count in message[5].items():
+                        outcomes[key] = outcomes.get(key, 0) + count
+                    message = message[:5]
+                _record(report, message)
+                for slot in pool.slots:
+                    if slot["task"] is not None and _same_task(slot["task"], message):
+                        slot["task"] = None
+            for position, slot in enumerate(pool.slots):
+                outstanding += _watch_commands(pool, position, slot, report, pending, hard_limit)
+    finally:
+        pool.close()
+    return report
+
+
+def _watch_commands(pool: Pool, position: int, slot: dict, report: dict, pending: list, hard_limit: float) -> int:
+    task = slot["task"]
+    if task is None:
+        return 0
+    now, index = time.monotonic(), slot["progress"].value
+    if index != slot["last"]:
+        slot["last"], slot["since"] = index, now
+    alive = slot["process"].is_alive()
+    if alive and now - slot["since"] < hard_limit:
+        return 0
+    slot["process"].kill()
+    slot["process"].join()
+    reason = "worker hang (killed by the watchdog)" if alive else f"worker died (exit {slot['process'].exitcode})"
+    pool.slots[position] = pool._start()
+    if task[0] == "replay":
+        report[task[2]]["replayed"][task[1]] = reason
+        return -1
+    _, name, seed, start, stop = task
+    index = max(index, start)
+    report[name]["failures"].setdefault(reason, (index, None))
+    report[name]["inputs"] += index + 1 - start
+    if index + 1 < stop:
+        pending.insert(0, ("fuzz", name, seed, index + 1, stop))
+    return -1
+
+
+def load_command_cases() -> list[dict]:
+    path = COMMAND_CASES / "cases.json"
+    return json.loads(path.read_text())["cases"] if path.is_file() else []
+
+
+def summarise_commands(report: dict, cases: list[dict], seed: int, wall_s: float, failures_dir: Path) -> dict:
+    rows = []
+    for name, entry in report.items():
+        known = [c for c in cases if c["target"] == name]
+        fixed = [c for c in known if entry["replayed"].get(c["id"]) is None]
+        known_signatures = {c["signature"] for c in known}
+        new = {f: v for f, v in entry["failures"].items() if f not in known_signatures}
+        reopened = {f for f in entry["failures"] if f in known_signatures}
+        for failure, (index, case) in new.items():
+            failures_dir.mkdir(parents=True, exist_ok=True)
+            digest = hashlib.sha256(failure.encode()).hexdigest()[:12]
+            (failures_dir / f"{name}-{digest}.json").write_text(json.dumps(
+                {"signature": failure, "run": index, "seed": seed, "case": case}, indent=1))
+        outcomes = entry.get("outcomes", {})
+        rows.append({"command": name, "runs": entry["inputs"], "failures_found": len(known) + len(new),
+                     "failures_fixed": len(fixed), "open": len(known) - len(fixed) + len(new),
+                     "exit_0": outcomes.get("exit 0", 0), "exit_2": outcomes.get("exit 2", 0),
+                     "reopened": sorted(reopened), "new_failures": sorted(new)})
+    return {"seed": seed, "wall_s": round(wall_s, 1), "cpus": os.cpu_count(), "rows": rows}
+
+
+def adopt_commands(failures_dir: Path) -> int:
+    """Make the command failures written by a run regression cases in ``tests/fuzz_cases/commands/``."""
+    cases = load_command_cases()
+    known = {case["id"] for case in cases}
+    added = 0
+    for note in sorted(failures_dir.glob("*.json")):
+        case_id = note.stem
+        data = json.loads(note.read_text())
+        if case_id in known or data["case"] is None:
+            continue
+        COMMAND_CASES.mkdir(parents=True, exist_ok=True)
+        (COMMAND_CASES / f"{case_id}.json").write_text(json.dumps(data["case"], indent=1) + "\n")
+        cases.append({"id": case_id, "target": case_id.rsplit("-", 1)[0], "file": f"{case_id}.json",
+                      "signature": data["signature"]})
+        added += 1
+    cases.sort(key=lambda case: case["id"])
+    (COMMAND_CASES / "cases.json").write_text(json.dumps({"cases": cases}, indent=1) + "\n")
+    return added
+
+
+def markdown_commands(summary: dict, options: dict) -> str:
+    lines = [f"# Whole-command fuzz campaign (seed {summary['seed']})", "",
+             f"{summary['wall_s']:.0f} s wall time on {summary['cpus']} cores. Each run is one `tfsim` command line "
+             "with mutated input files and option values (`bench/fuzz_commands.py`), run by `tfsim.cli.main` in a "
+             f"forked child limited to {options['run_seconds']:.0f} s and {options['memory_mb']} MB of address space "
+             "above the worker's size. A run fails when it exits with anything but 0 or 2, is killed by a signal or "
+             "the time limit, prints more than one line on stderr with exit 2, leaves a process of its group "
+             "behind, or leaves a stray file (anything new or changed after exit 2; anything but its outputs, or "
+             "a staged `.*.tmp`, after exit 0). Failures found: distinct failures over all campaigns, each kept as "
+             "a regression case in `tests/fuzz_cases/commands/`; fixed: cases that now pass; open: cases still "
+             "failing and new failures of this run.", "",
+             "| command | runs | exit 0 | exit 2 | failures found | fixed | open |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in summary["rows"]:
+        lines.append(f"| {row['command']} | {row['runs']:,} | {row['exit_0']:,} | {row['exit_2']:,} | "
+                     f"{row['failures_found']} | {row['failures_fixed']} | {row['open']} |")
+    total = sum(r["runs"] for r in summary["rows"])
+    lines += ["", f"{total:,} command runs in all (exit 0 and exit 2: runs that passed, by their status; runs that "
+              "failed are counted under failures, once per distinct failure)."]
+    return "\n".join(lines) + "\n"
+
+
 # -- the table --------------------------------------------------------------------------------
 
 def load_cases() -> list[dict]:
@@ -575,7 +1078,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="where new failures' shrunk inputs go")
     parser.add_argument("--adopt", type=Path, metavar="DIR",
                         help="make the failures in DIR (a --failures directory) regression cases, then exit")
+    parser.add_argument("--commands", metavar="NAMES", nargs="?", const="all",
+                        help="fuzz whole commands instead of readers (comma-separated, default all): "
+                             "writes fuzz-commands.json and fuzz-commands.md")
+    parser.add_argument("--runs", type=int, default=10_000, help="with --commands: runs per command")
+    parser.add_argument("--runs-of", default="", metavar="NAME=N,...",
+                        help="with --commands: another number of runs for some commands (e.g. demo=2000)")
+    parser.add_argument("--run-seconds", type=float, default=120.0, help="with --commands: time limit of one run")
     args = parser.parse_args(argv)
+    if args.commands:
+        return _main_commands(args)
     if args.adopt:
         print(f"{adopt(args.adopt)} new regression cases in {CASES}")
         return 0
@@ -592,6 +1104,30 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "fuzz.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     (args.out / "fuzz.md").write_text(markdown(summary, options))
     print(markdown(summary, options))
+    return 0 if all(row["open"] == 0 for row in summary["rows"]) else 1
+
+
+def _main_commands(args) -> int:
+    from fuzz_commands import COMMAND_TARGETS
+
+    if args.adopt:
+        print(f"{adopt_commands(args.adopt)} new command regression cases in {COMMAND_CASES}")
+        return 0
+    names = list(COMMAND_TARGETS) if args.commands == "all" else [n for n in args.commands.split(",") if n]
+    unknown = [n for n in names if n not in COMMAND_TARGETS]
+    if unknown:
+        raise SystemExit(f"unknown command(s) {', '.join(unknown)}; known: {', '.join(COMMAND_TARGETS)}")
+    memory = args.memory_mb if args.memory_mb != 1024 else 3072
+    runs_of = {name: int(count) for name, _, count in (item.partition("=") for item in args.runs_of.split(",") if item)}
+    options = {"targets": names, "run_seconds": args.run_seconds, "memory_mb": memory, "runs_of": runs_of}
+    cases = load_command_cases()
+    started = time.monotonic()
+    report = run_command_campaign(names, args.runs, args.seed, max(1, args.processes), options, cases)
+    summary = summarise_commands(report, cases, args.seed, time.monotonic() - started, args.failures)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fuzz-commands.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    (args.out / "fuzz-commands.md").write_text(markdown_commands(summary, options))
+    print(markdown_commands(summary, options))
     return 0 if all(row["open"] == 0 for row in summary["rows"]) else 1
 
 

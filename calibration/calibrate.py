@@ -68,11 +68,13 @@ from simulate.cluster_file import CLUSTER_FORMAT, cluster_from_dict, flow_contro
 from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
 from tfbase.errors import InputError, RunDirError, TraceWarning
+from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
 from tfprofile.rundir import open_run_dir, profile_from_run_dir
 from tfprofile.runmetadata import read_run_metadata, step_records
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
+MAX_IPERF_BYTES = 64 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +170,15 @@ def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
         files = sorted((run_dir / "iperf3").glob(f"{direction}_*.json"))
         if not files:
             raise RunDirError(run_dir / "iperf3", f"has no {direction}_*.json: collect with --capture")
+        for path in files:  # read whole by netcapture's reader: bounded here
+            if path.stat().st_size > MAX_IPERF_BYTES:
+                raise InputError(path, f"is larger than an iperf3 -J result can be ({MAX_IPERF_BYTES // 2**20} MiB)")
         summary = summarise_iperf(files)
+        for result in summary.runs:
+            rate = result.received_bits_per_s / 8
+            if not MIN_RATE_BPS <= rate <= MAX_RATE_BPS:
+                raise InputError(result.path, f"end.sum_received.bits_per_second is {result.received_bits_per_s:g}: "
+                                              "a link's rate must be between 1 kbit/s and 100 Tbit/s")
         rates[direction] = summary.received_bits_per_s.median / 8
         spread[direction] = {"min": summary.received_bits_per_s.minimum / 8,
                              "max": summary.received_bits_per_s.maximum / 8, "runs": len(files)}
@@ -454,6 +464,13 @@ def choose_placement(profile, cluster_document: dict, steps: int = 200) -> tuple
     return best, {"traced_makespan_median_s": target, "relative_error_of_one_worker_step": errors}
 
 
+def _tensorflow_version(run: dict) -> str | None:
+    """``versions.tensorflow`` of run.json when it is there and a string (it decides the default model)."""
+    versions = run.get("versions")
+    version = versions.get("tensorflow") if isinstance(versions, dict) else None
+    return version[:40] if isinstance(version, str) else None
+
+
 def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
     """Fit a cluster from a run directory made by ``tfsim collect --capture`` (docs/calibration.md).
 
@@ -526,7 +543,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
             window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
             model_error=model_check(samples, rates, windows, flow_control), samples=tuple(samples),
             flow_control=flow_control, bandwidth_source=source, iperf3_bandwidth_Bps=bandwidth,
-            tensorflow=(run.run.get("versions") or {}).get("tensorflow"), capture_notes=tuple(capture.warnings),
+            tensorflow=_tensorflow_version(run.run), capture_notes=tuple(capture.warnings),
             token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())

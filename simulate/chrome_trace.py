@@ -18,7 +18,6 @@ to the start of the consumer.
 from __future__ import annotations
 
 import json
-import os
 
 from simulate.engine import SimRun, slot_names
 from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER
@@ -93,7 +92,18 @@ def chrome_trace(run: SimRun) -> dict:
             "otherData": {"generator": "tfsim", "workers": W, "servers": M, "steps_traced": run.config.trace_steps}}
 
 
-def write_chrome_trace(run: SimRun, path: str | os.PathLike) -> None:
-    """Write ``run``'s trace to ``path`` atomically."""
-    write_text(path, json.dumps(chrome_trace(run), separators=(",", ":")))
+def chrome_trace_text(run: SimRun, batch: int = 20_000) -> str:
+    """``json.dumps(chrome_trace(run), separators=(",", ":"))``, encoded a batch of events at a
+    time, so that a large trace never holds the process in one long call of the C encoder
+    (where a signal waits)."""
+    trace = chrome_trace(run)
+    events = trace["traceEvents"]
+    parts = [json.dumps(events[i:i + batch], separators=(",", ":"))[1:-1] for i in range(0, len(events), batch)]
+    rest = json.dumps({k: v for k, v in trace.items() if k != "traceEvents"}, separators=(",", ":"))
+    return '{"traceEvents":[' + ",".join(parts) + "]" + ("," + rest[1:] if rest != "{}" else "}")
+
+
+def write_chrome_trace(run: SimRun, path) -> None:
+    """Write ``run``'s trace to ``path`` (a path or a planned :class:`~tfbase.fileio.Output`) atomically."""
+    write_text(path, chrome_trace_text(run))
 

@@ -22,8 +22,17 @@ from pathlib import Path
 from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, RpcChain, TokenBucket
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
+from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
 
 CLUSTER_FORMAT = "tfsim.cluster/1"
+
+# What a cluster file may hold (docs/formats.md §4). A window below one HTTP/2 frame makes
+# every stream crawl through one-byte chunks; no gRPC stack runs one: it is raised to a frame.
+MIN_WINDOW_BYTES = 16_384  # HTTP/2's minimum SETTINGS_MAX_FRAME_SIZE
+MAX_ALPHA_S_PER_BYTE = 1.0
+MAX_DELAY_S = 1e6  # beta_s, update_delay_s
+MAX_TIMELINE_POINTS = 100_000
+MAX_FILE_BYTES = 64 * 2**20
 
 
 class ClusterFormatError(InputError):
@@ -37,13 +46,32 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def _number(path, data: dict, key: str, *, allow_none: bool = False) -> float:
+def _number(path, data: dict, key: str, *, allow_none: bool = False, low: float = -math.inf,
+            high: float = math.inf, where: str = "") -> float:
     value = data.get(key)
     if value is None and allow_none:
         return math.inf
+    name = f"{where}.{key}" if where else key
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
-        raise ClusterFormatError(path, f"{key} must be a finite number, not {value!r:.40}")
+        raise ClusterFormatError(path, f"{name} must be a finite number, not {value!r:.40}")
+    if not low <= value <= high:
+        if value <= 0 < low:
+            bound = "positive" if math.isinf(high) else f"positive, between {low:g} and {high:g}"
+        elif value < 0 <= low:
+            bound = "not negative" if math.isinf(high) else f"between {low:g} and {high:g}"
+        else:
+            bound = f"at least {low:g}" if math.isinf(high) else f"between {low:g} and {high:g}"
+        raise ClusterFormatError(path, f"{name} must be {bound}, not {value!r:.40}")
     return float(value)
+
+
+def _window(path, value: float, name: str) -> float:
+    """A window in bytes, raised to one HTTP/2 frame (with a warning) when it is below."""
+    if value < MIN_WINDOW_BYTES:
+        warnings.warn(TfsimWarning(path, f"{name} {value:g} is below one HTTP/2 frame ({MIN_WINDOW_BYTES} bytes): "
+                                         f"raised to {MIN_WINDOW_BYTES}"), stacklevel=4)
+        return float(MIN_WINDOW_BYTES)
+    return value
 
 
 def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
@@ -56,19 +84,30 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
     bandwidth = data.get("bandwidth_Bps")
     if not isinstance(bandwidth, dict):
         raise ClusterFormatError(source, "bandwidth_Bps must be an object with downlink and uplink")
-    down, up = _number(source, bandwidth, "downlink"), _number(source, bandwidth, "uplink")
-    win = _number(source, data, "win_bytes", allow_none=True)
-    alpha, beta = _number(source, data, "alpha_s_per_byte"), _number(source, data, "beta_s")
+    rate = {"low": MIN_RATE_BPS, "high": MAX_RATE_BPS, "where": "bandwidth_Bps"}
+    down, up = _number(source, bandwidth, "downlink", **rate), _number(source, bandwidth, "uplink", **rate)
+    if "win_bytes" not in data:
+        raise ClusterFormatError(source, "win_bytes is missing (give the HTTP/2 window in bytes, or null for an "
+                                         "unlimited one)")
+    win = _number(source, data, "win_bytes", allow_none=True, low=1)
+    if not math.isinf(win):
+        win = _window(source, win, "win_bytes")
+    alpha = _number(source, data, "alpha_s_per_byte", low=0, high=MAX_ALPHA_S_PER_BYTE)
+    beta = _number(source, data, "beta_s", low=0, high=MAX_DELAY_S)
     per_direction = data.get("overhead") or {}
+    if not isinstance(per_direction, dict):
+        raise ClusterFormatError(source, "overhead must map downlink/uplink to objects")
     try:
         overheads = {}
         for direction in ("downlink", "uplink"):
             entry = per_direction.get(direction) or {}
             if not isinstance(entry, dict):
-                raise ClusterFormatError(source, "overhead must map downlink/uplink to objects")
+                raise ClusterFormatError(source, f"overhead.{direction} must be an object")
+            where = f"overhead.{direction}"
             overheads[direction] = Overhead(
-                _number(source, entry, "alpha_s_per_byte") if "alpha_s_per_byte" in entry else alpha,
-                _number(source, entry, "beta_s") if "beta_s" in entry else beta)
+                _number(source, entry, "alpha_s_per_byte", low=0, high=MAX_ALPHA_S_PER_BYTE, where=where)
+                if "alpha_s_per_byte" in entry else alpha,
+                _number(source, entry, "beta_s", low=0, high=MAX_DELAY_S, where=where) if "beta_s" in entry else beta)
         placement_name = data.get("overhead_placement", OverheadPlacement.COMPUTE.value)
         placements = {p.value: p for p in OverheadPlacement}
         if not isinstance(placement_name, str) or placement_name not in placements:
@@ -104,12 +143,23 @@ def flow_control_from_json(entry, source: str = "CLUSTER.json", direction: str =
     if not isinstance(points, list) or not points or not all(isinstance(p, dict) for p in points):
         raise ClusterFormatError(source, f"{where}.window_timeline must be a non-empty list of {{t_s, window_bytes}} "
                                          f"objects")
-    timeline = tuple((_number(source, p, "t_s"), _number(source, p, "window_bytes")) for p in points)
-    delay = _number(source, entry, "update_delay_s") if "update_delay_s" in entry else 0.0
+    if len(points) > MAX_TIMELINE_POINTS:
+        raise ClusterFormatError(source, f"{where}.window_timeline has {len(points):,} points (at most "
+                                         f"{MAX_TIMELINE_POINTS:,})")
+    timeline_where = f"{where}.window_timeline"
+    timeline = tuple((_number(source, p, "t_s", where=timeline_where),
+                      _number(source, p, "window_bytes", low=1, where=timeline_where)) for p in points)
+    delay = (_number(source, entry, "update_delay_s", low=0, high=MAX_DELAY_S, where=where)
+             if "update_delay_s" in entry else 0.0)
     try:
-        return FlowControl(timeline, delay)
+        flow = FlowControl(timeline, delay)
     except UsageError as err:
         raise ClusterFormatError(source, f"{where}: {err.problem}") from None
+    if any(v < MIN_WINDOW_BYTES for _, v in timeline):
+        low = min(v for _, v in timeline)
+        flow = FlowControl(tuple((t, _window(source, v, f"{timeline_where} window_bytes") if v == low
+                                  else max(v, float(MIN_WINDOW_BYTES))) for t, v in timeline), delay)
+    return flow
 
 
 def _token_buckets(source, data) -> dict[str, TokenBucket | None]:
@@ -160,6 +210,8 @@ def load_cluster(path: str | os.PathLike) -> ClusterModel:
     """Read a CLUSTER.json; :class:`ClusterFormatError` if it is not one."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ClusterFormatError(path, f"is larger than a cluster file can be ({MAX_FILE_BYTES // 2**20} MiB)")
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ClusterFormatError(path, "no such file") from None

@@ -8,8 +8,36 @@ import math
 
 from tfbase.errors import UsageError
 
+# Limits, checked before any simulation starts (README "Limits"; docs/model.md §2):
 MAX_WORKERS = 1024  # beyond this, per-worker state (W x ops) stops fitting comfortably in memory
 MAX_STEPS = 1_000_000
+MAX_SERVERS = 256
+MAX_WORKER_STEPS = 20_000_000  # W x N of one simulation: its (W, N) arrays take 24 bytes per entry (480 MB)
+MAX_SEED = 2**32 - 1
+MAX_CORES = 100_000.0
+MIN_CORES = 0.01
+MAX_STAGGER = 1000.0  # in profiled steps
+MAX_TRACE_CHUNKS = 1_000_000  # chunks a traced run records (a Chrome trace of about 200 MB)
+# A sweep's estimated events (W x N x the chunks of a step, summed over its configurations): at
+# 2 to 5 M events/s on one core (bench/results/engine.json) this is 11 to 28 hours of one core.
+# TFSIM_MAX_OP_EVENTS lowers (or raises) it, e.g. for a service that must answer in a minute.
+MAX_SWEEP_OP_EVENTS = 200_000_000_000
+
+
+def max_sweep_op_events() -> int:
+    """:data:`MAX_SWEEP_OP_EVENTS`, or the positive whole number in ``TFSIM_MAX_OP_EVENTS``."""
+    import os
+
+    text = os.environ.get("TFSIM_MAX_OP_EVENTS", "").strip()
+    if not text:
+        return MAX_SWEEP_OP_EVENTS
+    try:
+        value = int(float(text))
+    except (ValueError, OverflowError):
+        raise UsageError("TFSIM_MAX_OP_EVENTS", f"must be a positive whole number, not {text[:40]!r}") from None
+    if value < 1:
+        raise UsageError("TFSIM_MAX_OP_EVENTS", f"must be a positive whole number, not {text[:40]!r}")
+    return value
 
 
 class Mode(enum.Enum):
@@ -62,8 +90,9 @@ class Colocation:
 
     def __post_init__(self) -> None:
         hosts = len(self.cores)
-        if hosts < 1 or any(not (c > 0 and math.isfinite(c)) for c in self.cores):
-            raise UsageError("cores", "every host needs a positive, finite core count")
+        if hosts < 1 or any(not (MIN_CORES <= c <= MAX_CORES) for c in self.cores):
+            raise UsageError("cores", f"every host needs between {MIN_CORES:g} and {MAX_CORES:,.0f} cores, not "
+                                      f"{', '.join(f'{c:g}' for c in self.cores)}")
         if any(not 0 <= h < hosts for h in (*self.worker_host, *self.server_host)):
             raise UsageError("cores", "a task is placed on a host that does not exist")
 
@@ -102,7 +131,12 @@ class SimConfig:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
             raise UsageError("workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:
-            raise UsageError("steps", f"must be between 1 and {MAX_STEPS}, not {self.steps}")
+            raise UsageError("steps", f"must be between 1 and {MAX_STEPS:,}, not {self.steps}")
+        if self.workers * self.steps > MAX_WORKER_STEPS:
+            raise UsageError("steps", f"{self.workers} workers x {self.steps:,} steps is more than one simulation "
+                                      f"holds ({MAX_WORKER_STEPS:,} worker-steps)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise UsageError("seed", f"must be a whole number from 0 to {MAX_SEED}, not {self.seed}")
         if self.start_offsets_s is not None:
             offsets = tuple(float(x) for x in self.start_offsets_s)
             if len(offsets) != self.workers or not all(math.isfinite(x) and x >= 0 for x in offsets):
@@ -120,3 +154,5 @@ class SimConfig:
                                         f"not {self.workers}")
         if self.trace_steps < 0:
             raise UsageError("trace_steps", "must not be negative")
+        if self.trace_steps > self.steps:
+            raise UsageError("trace_steps", f"must not exceed steps ({self.steps}), not {self.trace_steps}")

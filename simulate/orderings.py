@@ -13,6 +13,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from simulate.config import MAX_SEED
+from tfbase.errors import UsageError
 from tfprofile.dag import Profile
 from tfprofile.tictac import compute_ordering, read_priorities
 
@@ -34,10 +36,12 @@ def ordering_priorities(profile: Profile, names: Iterable[str], *, bandwidth_Bps
     """Priority maps (transfer name -> priority) for the TicTac policies among ``names``
     (``tic``, ``tac``, ``reverse``, ``random#K``); other names are left out. ``random#K`` is
     the permutation of seed ``seed + K``."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise UsageError("seed", f"must be a whole number from 0 to {MAX_SEED}, not {seed}")
     out = {}
     for name in names:
-        base, _, suffix = name.partition("#")
-        if base in ORDER_POLICIES:
+        base, sep, suffix = name.partition("#")
+        if base in ORDER_POLICIES and (not sep or (suffix.isdigit() and len(suffix) <= 4)):
             out[name] = compute_ordering(profile, ORDER_POLICIES[base], bandwidth_Bps=bandwidth_Bps,
                                          seed=seed + int(suffix or 0)).as_mapping()
     return out

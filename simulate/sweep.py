@@ -13,18 +13,31 @@ import math
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.cluster_file import resolve_cluster
-from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer, parse_enum
+from simulate.config import (
+    MAX_SERVERS,
+    MAX_STAGGER,
+    MAX_STEPS,
+    MAX_TRACE_CHUNKS,
+    MAX_WORKERS,
+    Colocation,
+    Mode,
+    Sharing,
+    SimConfig,
+    Transfer,
+    max_sweep_op_events,
+    parse_enum,
+)
 from simulate.engine import SimRun, run
-from simulate.prepare import prepare
+from simulate.prepare import _priorities, prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise
-from tfbase.errors import TfsimWarning, UsageError
-from tfprofile.dag import Profile
+from simulate.workers import MAX_JOBS, WorkerPool, run_in_child
+from tfbase.errors import InputError, TfsimWarning, UsageError
+from tfprofile.dag import Profile, Resource
 
 ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
@@ -87,7 +100,16 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                        transfer=scenario.transfer, steps=steps, warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps,
                        colocation=colocation, trace_steps=trace_steps,
                        start_offsets_s=staggered_starts(profile, scenario.workers, stagger))
-    return run(graph, cluster, config)
+    try:
+        return run(graph, cluster, config)
+    except ValueError as exc:
+        if "window-return buffer overflow" not in str(exc):
+            raise
+        # The compiled engine keeps a bounded buffer of the grpc model's pending WINDOW_UPDATEs;
+        # more chunks than it holds finishing within one update delay overflow it.
+        raise InputError(cluster.source or "cluster", "the grpc model's window updates overflow the engine's buffer: "
+                                                      "flow_control update_delay_s is too long for this job's steps "
+                                                      "(a shorter delay, or the http2 transfer model)") from None
 
 
 def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sharing: Sharing, options: dict,
@@ -104,6 +126,58 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
     return graph, summarise(result), efficiency
 
 
+def trace_chunks(profile: Profile, workers: int, steps: int) -> int:
+    """An upper bound of the chunks a traced run of ``workers`` x ``steps`` records (what the
+    engine allocates for its trace): two per op and step, parse ops included."""
+    transfers = int(np.isin(profile.graph.resource, (Resource.DOWNLINK, Resource.UPLINK)).sum())
+    return int(workers) * int(steps) * 2 * (profile.graph.n_ops + transfers)
+
+
+def check_traced_run(profile: Profile, workers: int, steps: int, *, workers_parameter: str = "workers",
+                     steps_parameter: str = "steps") -> None:
+    """Refuse a traced run beyond the limits (:data:`~simulate.config.MAX_WORKERS`,
+    :data:`~simulate.config.MAX_TRACE_CHUNKS`), naming the parameters that set it."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise UsageError(workers_parameter, f"must be between 1 and {MAX_WORKERS}, not {workers}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+        raise UsageError(steps_parameter, f"must be between 1 and {MAX_STEPS:,}, not {steps}")
+    chunks = trace_chunks(profile, workers, steps)
+    if chunks > MAX_TRACE_CHUNKS:
+        per_worker, per_step = trace_chunks(profile, 1, steps), trace_chunks(profile, 1, 1)
+        if per_worker > MAX_TRACE_CHUNKS:
+            raise UsageError(steps_parameter, f"a trace of {steps:,} steps of this profile records up to "
+                                              f"{per_worker:,} chunks per worker, more than the limit of "
+                                              f"{MAX_TRACE_CHUNKS:,}: trace at most "
+                                              f"{max(1, MAX_TRACE_CHUNKS // per_step):,} steps")
+        raise UsageError(workers_parameter, f"a trace of {workers} workers x {steps:,} steps of this profile records "
+                                            f"up to {chunks:,} chunks, more than the limit of {MAX_TRACE_CHUNKS:,}: "
+                                            f"trace at most {MAX_TRACE_CHUNKS // per_worker} workers")
+
+
+def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
+                    sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
+                    steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0,
+                    workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
+    """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
+    that set W and the steps; the arguments of :func:`simulate_one` that run it."""
+    check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
+    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "transfer")
+    sharing_ = parse_enum(Sharing, sharing, "sharing")
+    if sharing_ is Sharing.HYBRID:
+        warnings.warn(TfsimWarning("sharing", "hybrid sharing is traced as ps"), stacklevel=3)
+        sharing_ = Sharing.PS
+    scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
+                        priorities.get(transfer))
+    colocation = _single_host(cores) if cores else None
+    options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
+               "stagger": stagger, "max_steps": steps}
+    _check_scenario(profile, cluster, scenario, options)
+    check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers",
+                 workers_parameter)
+    return {"profile": profile, "cluster": cluster, "scenario": scenario, "steps": steps, "warmup": 0, "seed": seed,
+            "flow_cap_Bps": flow_cap_Bps, "colocation": colocation, "stagger": stagger, "trace_steps": steps}
+
+
 def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0) -> SimRun:
@@ -112,17 +186,19 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
 
     ``transfer`` is a scheduler name or a key of ``priorities`` (then the priority scheduler
     with that order). Hybrid sharing is an average of two runs, so it is traced as ``ps``
-    (with a warning). Workers start as :func:`staggered_starts` spreads them.
+    (with a warning). Workers start as :func:`staggered_starts` spreads them. Checked first
+    (:func:`plan_traced_run`); the simulation runs in a child process
+    (:func:`simulate.workers.run_in_child`).
     """
-    kind = Transfer.PRIORITY if transfer in priorities else parse_enum(Transfer, transfer, "transfer")
-    sharing_ = parse_enum(Sharing, sharing, "sharing")
-    if sharing_ is Sharing.HYBRID:
-        warnings.warn(TfsimWarning("sharing", "hybrid sharing is traced as ps"), stacklevel=2)
-        sharing_ = Sharing.PS
-    scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
-                        priorities.get(transfer))
-    return simulate_one(profile, cluster, scenario, steps=steps, warmup=0, seed=seed, flow_cap_Bps=flow_cap_Bps,
-                        colocation=_single_host(cores) if cores else None, stagger=stagger, trace_steps=steps)
+    arguments = plan_traced_run(profile, cluster, workers=workers, transfer=transfer, priorities=priorities,
+                                sharing=sharing, mode=mode, servers=servers, cores=cores, steps=steps, seed=seed,
+                                flow_cap_Bps=flow_cap_Bps, stagger=stagger)
+    return run_in_child(_traced, arguments)
+
+
+def _traced(arguments: dict) -> SimRun:
+    arguments = dict(arguments)
+    return simulate_one(arguments.pop("profile"), arguments.pop("cluster"), arguments.pop("scenario"), **arguments)
 
 
 def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
@@ -159,37 +235,32 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     }
 
 
-def _pool_task(args):
-    return run_scenario(*args)
+def _scenario_task(shared, scenario: Scenario) -> dict:
+    profile, cluster, options = shared
+    return run_scenario(profile, cluster, scenario, options)
 
 
 def run_scenarios(profile: Profile, cluster: ClusterModel, scenarios: Sequence[Scenario], options: dict, *,
                   jobs: int = 1, progress: bool = False) -> list[dict]:
-    """Rows for every scenario, in the order given; ``jobs`` > 1 runs them in parallel processes."""
+    """Rows for every scenario, in the order given, simulated in ``jobs`` worker processes
+    (:class:`simulate.workers.WorkerPool`: one even for ``jobs`` = 1, so that a signal stops
+    the sweep at once)."""
+    if not scenarios:
+        return []
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(scenarios), desc="predict", unit="config", dynamic_ncols=True)
     try:
-        if jobs <= 1 or len(scenarios) <= 1:
-            rows = []
-            for scenario in scenarios:
-                rows.append(run_scenario(profile, cluster, scenario, options))
-                if bar is not None:
-                    bar.update(1)
-            return rows
-        rows: list[dict | None] = [None] * len(scenarios)
         # Larger configurations first, so the pool does not end waiting on one big run.
         order = sorted(range(len(scenarios)), key=lambda i: -scenarios[i].workers)
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_pool_task, (profile, cluster, scenarios[i], options)): i for i in order}
-            from concurrent.futures import as_completed
-
-            for future in as_completed(futures):
-                rows[futures[future]] = future.result()
-                if bar is not None:
-                    bar.update(1)
+        with WorkerPool(min(jobs, len(scenarios)), shared=(profile, cluster, options)) as pool:
+            done = pool.map(_scenario_task, [scenarios[i] for i in order],
+                            on_result=(lambda _: bar.update(1)) if bar is not None else None)
+        rows: list[dict | None] = [None] * len(scenarios)
+        for position, index in enumerate(order):
+            rows[index] = done[position]
         return rows  # type: ignore[return-value]
     finally:
         if bar is not None:
@@ -197,23 +268,231 @@ def run_scenarios(profile: Profile, cluster: ClusterModel, scenarios: Sequence[S
 
 
 def parse_workers(text: str) -> list[int]:
-    """``"1-16"``, ``"1,2,4,8"`` or ``"1-4,8"`` -> sorted distinct worker counts."""
+    """``"1-16"``, ``"1,2,4,8"`` or ``"1-4,8"`` -> sorted distinct worker counts, each from 1 to
+    :data:`~simulate.config.MAX_WORKERS`."""
     out: set[int] = set()
-    try:
-        for part in str(text).split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            elif part:
-                out.add(int(part))
-    except ValueError:
-        raise UsageError("workers", f"{text!r} is not a list of counts like 1-16 or 1,2,4") from None
-    if not out:
-        raise UsageError("workers", "no worker count given")
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if not part:
+                raise ValueError
+            lo_text, dash, hi_text = part.partition("-")
+            lo = _count(lo_text)
+            hi = _count(hi_text) if dash else lo
+        except ValueError:
+            raise UsageError("workers", f"{text!r} is not a list of counts like 1-16 or 1,2,4") from None
+        if lo > hi:
+            raise UsageError("workers", f"{part!r} is an empty range")
+        if lo < 1 or hi > MAX_WORKERS:
+            raise UsageError("workers", f"worker counts must be between 1 and {MAX_WORKERS}, not {part!r}")
+        out.update(range(lo, hi + 1))
     return sorted(out)
+
+
+def _count(text: str) -> int:
+    text = text.strip()
+    if not text.isdigit() or len(text) > 9:  # digits only: no sign, no blanks inside, no 10**100
+        raise ValueError(text)
+    return int(text)
+
+
+def _as_counts(value, parameter: str, limit: int) -> list:
+    out = []
+    for item in _as_list(value):
+        if item is None:
+            out.append(None)
+            continue
+        if isinstance(item, bool) or not isinstance(item, (int, np.integer)) or not 1 <= int(item) <= limit:
+            raise UsageError(parameter, f"must be whole numbers between 1 and {limit}, not {item!r}")
+        out.append(int(item))
+    return list(dict.fromkeys(out))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Sweep:
+    """A checked sweep: its configurations and options, ready to run (:func:`plan_sweep`)."""
+
+    profile: Profile
+    cluster: ClusterModel
+    scenarios: tuple[Scenario, ...]
+    options: dict
+
+    @property
+    def op_events(self) -> int:
+        """The sweep's estimated op events (what bounds its run time)."""
+        return sweep_op_events(self.profile, self.scenarios, self.options, self.cluster)
+
+    def run(self, *, jobs: int = 1, progress: bool = False):
+        """Simulate every configuration; one row each (see :func:`predict`)."""
+        import pandas as pd
+
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+            raise UsageError("jobs", f"must be between 1 and {MAX_JOBS}, not {jobs}")
+        rows = run_scenarios(self.profile, self.cluster, self.scenarios, self.options, jobs=jobs, progress=progress)
+        frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "saturated"])
+        frame["saturated"] = False
+        for _, group in frame.groupby(["servers", "mode", "sharing", "policy"], sort=False):
+            point = saturation_point(group["workers"].to_numpy(), group["throughput_eps"].to_numpy())
+            frame.loc[group.index[group["workers"] == point], "saturated"] = True
+        return frame
+
+
+def step_chunks(profile: Profile, cluster: ClusterModel, transfer: Transfer) -> int:
+    """An upper bound of the chunks one worker's step runs: every op and parse op once, and the
+    streams the transfer model cuts: ``http2`` once at most, ``grpc`` at every window's worth of
+    bytes (a small window and a large tensor make many chunks)."""
+    graph = profile.graph
+    links = np.isin(graph.resource, (Resource.DOWNLINK, Resource.UPLINK))
+    chunks = graph.n_ops + int(links.sum())
+    if transfer is Transfer.HTTP2:
+        chunks += int(links.sum())
+    elif transfer is Transfer.GRPC:
+        for resource, flow in ((Resource.DOWNLINK, cluster.flow_downlink), (Resource.UPLINK, cluster.flow_uplink)):
+            window = min(v for _, v in flow.window_timeline)
+            if math.isfinite(window) and window > 0:
+                sizes = graph.size_bytes[graph.resource == resource].astype(np.float64)
+                chunks += int(np.ceil(sizes / window).sum())
+    return chunks
+
+
+def sweep_op_events(profile: Profile, scenarios: Sequence[Scenario], options: dict,
+                    cluster: ClusterModel | None = None) -> int:
+    """An upper bound of the events of a sweep: W x the steps it may reach x the chunks of a step
+    (:func:`step_chunks`), summed over the configurations (hybrid sharing counts twice)."""
+    steps = options["max_steps"] if options.get("ci_target") is not None else options["steps"]
+    per_step: dict[Transfer, int] = {}
+    total = 0
+    for s in scenarios:
+        if s.transfer not in per_step:
+            per_step[s.transfer] = (step_chunks(profile, cluster, s.transfer) if cluster is not None
+                                    else profile.graph.n_ops + int(np.isin(profile.graph.resource, (
+                                        Resource.DOWNLINK, Resource.UPLINK)).sum()))
+        total += s.workers * steps * per_step[s.transfer] * (2 if s.sharing is Sharing.HYBRID else 1)
+    return total
+
+
+def check_events(events: int, what: str, parameter: str = "workers") -> None:
+    """Refuse work beyond :func:`~simulate.config.max_sweep_op_events`."""
+    limit = max_sweep_op_events()
+    if events > limit:
+        raise UsageError(parameter, f"{what} would simulate about {events:.2g} events, more than the limit of "
+                                    f"{limit:.2g} (TFSIM_MAX_OP_EVENTS; 2 to 5 million a second on one core): fewer "
+                                    "worker counts, steps or orders")
+
+
+def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> None:
+    """Everything about one configuration that would otherwise fail in a worker process."""
+    servers = scenario.servers
+    if servers is not None and servers != profile.graph.n_servers and len(profile.variables) == 0:
+        raise UsageError("servers", "re-partitioning the variables needs the profile's variable table "
+                                    "(variables.json)")
+    steps = options["max_steps"] if options.get("ci_target") is not None else options["steps"]
+    colocation = options.get("colocation")
+    if colocation is not None and callable(colocation):
+        colocation = colocation(scenario.workers, servers or max(profile.graph.n_servers, 1))
+    sharing = Sharing.PS if scenario.sharing is Sharing.HYBRID else scenario.sharing
+    SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=sharing, transfer=scenario.transfer, steps=steps,
+              warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
+              colocation=colocation, start_offsets_s=staggered_starts(profile, scenario.workers,
+                                                                      options.get("stagger", 0.0)))
+    if colocation is not None and len(colocation.server_host) != (servers or max(profile.graph.n_servers, 1)):
+        raise UsageError("colocation", f"colocation places {len(colocation.server_host)} servers, not "
+                                       f"{servers or max(profile.graph.n_servers, 1)}")
+    if scenario.priorities is not None:
+        _priorities(profile.graph, scenario.priorities)
+
+
+def plan_sweep(
+    profile: Profile,
+    cluster: ClusterModel | str | os.PathLike | None = None,
+    *,
+    workers: int | Iterable[int] | str = 1,
+    servers: int | Iterable[int] | None = None,
+    mode: str | Mode = Mode.ASYNC,
+    sharing: str | Sharing | Iterable = Sharing.PS,
+    transfer: str | Transfer | Iterable | None = None,
+    priorities: Mapping[str, Mapping[str, float] | np.ndarray] | None = None,
+    bandwidth_Bps: float | None = None,
+    steps: int = 1000,
+    warmup: int = 50,
+    seed: int = 0,
+    flow_cap_Bps: float | None = None,
+    colocation: Colocation | None = None,
+    cores: float | None = None,
+    ci_target: float | None = None,
+    max_steps: int = 16000,
+    stagger: float = 1.0,
+) -> Sweep:
+    """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
+
+    Every configuration is checked as a worker would check it, and the whole sweep against
+    the limits of :mod:`simulate.config` (W, steps, W x steps, servers, the sweep's op events),
+    so that a bad option fails at once, naming its parameter. Arguments as :func:`predict`.
+    """
+    if profile.graph.n_ops == 0:
+        raise UsageError("profile", "has no ops: there is nothing to simulate")
+    cluster = resolve_cluster(cluster, bandwidth_Bps)
+    if transfer is None:
+        transfer = cluster.default_transfer
+    worker_list = (parse_workers(workers) if isinstance(workers, str)
+                   else sorted(_as_counts(workers, "workers", MAX_WORKERS)))
+    if not worker_list or None in worker_list:
+        raise UsageError("workers", "no worker count given")
+    server_list = _as_counts(servers, "servers", MAX_SERVERS)
+    mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "mode")
+    priorities = dict(priorities or {})
+    for name, value in (("steps", steps), ("warmup", warmup), ("max_steps", max_steps)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise UsageError(name, f"must be a whole number, not {value!r}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise UsageError("steps", f"must be between 1 and {MAX_STEPS:,}, not {steps}")
+    if not 0 <= warmup < steps:
+        raise UsageError("warmup", f"must be at least 0 and below steps ({steps}), not {warmup}")
+    if ci_target is not None:
+        if isinstance(ci_target, bool) or not isinstance(ci_target, (int, float)) or not 0 < ci_target < 1:
+            raise UsageError("ci_target", f"must be a fraction between 0 and 1 (e.g. 0.02), not {ci_target}")
+        max_steps = min(max(max_steps, steps), MAX_STEPS)
+    else:
+        max_steps = max(max_steps, steps)
+    if isinstance(stagger, bool) or not isinstance(stagger, (int, float)) or not (
+            math.isfinite(stagger) and 0 <= stagger <= MAX_STAGGER):
+        raise UsageError("stagger", f"must be between 0 and {MAX_STAGGER:g} steps, not {stagger}")
+    if flow_cap_Bps is not None:
+        from simulate.cluster import check_rate
+
+        check_rate(flow_cap_Bps, "flow_cap_Bps")
+    scenarios = []
+    for server_count in server_list:
+        for share in dict.fromkeys(_as_list(sharing)):
+            share_ = share if isinstance(share, Sharing) else parse_enum(Sharing, share, "sharing")
+            if share_ is Sharing.FLOW_CAP and not flow_cap_Bps:
+                raise UsageError("flow_cap_Bps", "flow_cap sharing needs a per-flow cap")
+            for tr in dict.fromkeys(_as_list(transfer)):
+                name = tr.value if isinstance(tr, Transfer) else str(tr)
+                if name in priorities:
+                    tr_, prio = Transfer.PRIORITY, priorities[name]
+                else:
+                    tr_, prio = (tr if isinstance(tr, Transfer) else parse_enum(Transfer, name, "transfer")), None
+                    if tr_ is Transfer.PRIORITY:
+                        raise UsageError("transfer", "the priority scheduler needs an order (a priorities file)")
+                for w in worker_list:
+                    scenarios.append(Scenario(w, server_count, mode_, share_, tr_, name, prio))
+    if not scenarios:
+        raise UsageError("transfer", "give at least one transfer scheduler and sharing model")
+    col = colocation
+    if col is None and cores is not None:
+        col = _single_host(cores)
+    options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
+               "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger)}
+    checked = set()
+    for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
+        key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)
+        if key not in checked:
+            checked.add(key)
+            _check_scenario(profile, cluster, scenario, options)
+    check_events(sweep_op_events(profile, scenarios, options, cluster),
+                 f"this sweep ({len(scenarios)} configuration{'s' if len(scenarios) != 1 else ''})")
+    return Sweep(profile, cluster, tuple(scenarios), options)
 
 
 def predict(
@@ -318,45 +597,10 @@ def predict(
     >>> bool(table["throughput_eps"].iloc[1] > table["throughput_eps"].iloc[0])
     True
     """
-    import pandas as pd
-
-    cluster = resolve_cluster(cluster, bandwidth_Bps)
-    if transfer is None:
-        transfer = cluster.default_transfer
-    worker_list = parse_workers(workers) if isinstance(workers, str) else [int(w) for w in _as_list(workers)]
-    mode_ = mode if isinstance(mode, Mode) else parse_enum(Mode, mode, "mode")
-    priorities = dict(priorities or {})
-    scenarios = []
-    for server_count in _as_list(servers):
-        for share in _as_list(sharing):
-            share_ = share if isinstance(share, Sharing) else parse_enum(Sharing, share, "sharing")
-            if share_ is Sharing.FLOW_CAP and not flow_cap_Bps:
-                raise UsageError("flow_cap_Bps", "flow_cap sharing needs a per-flow cap")
-            for tr in _as_list(transfer):
-                name = tr.value if isinstance(tr, Transfer) else str(tr)
-                if name in priorities:
-                    tr_, prio = Transfer.PRIORITY, priorities[name]
-                else:
-                    tr_, prio = (tr if isinstance(tr, Transfer) else parse_enum(Transfer, name, "transfer")), None
-                    if tr_ is Transfer.PRIORITY:
-                        raise UsageError("transfer", "the priority scheduler needs an order (a priorities file)")
-                for w in worker_list:
-                    scenarios.append(Scenario(w, server_count, mode_, share_, tr_, name, prio))
-    col = colocation
-    if col is None and cores is not None:
-        col = _single_host(cores)
-    if not (math.isfinite(stagger) and stagger >= 0):
-        raise UsageError("stagger", f"must be finite and non-negative, not {stagger}")
-    options = {"steps": steps, "warmup": warmup, "seed": seed, "flow_cap_Bps": flow_cap_Bps, "colocation": col,
-               "ci_target": ci_target, "max_steps": max(max_steps, steps), "stagger": float(stagger)}
-    SimConfig(workers=1, steps=steps, warmup=warmup)  # validate the shared options before spawning work
-    rows = run_scenarios(profile, cluster, scenarios, options, jobs=jobs, progress=progress)
-    frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "saturated"])
-    frame["saturated"] = False
-    for _, group in frame.groupby(["servers", "mode", "sharing", "policy"], sort=False):
-        point = saturation_point(group["workers"].to_numpy(), group["throughput_eps"].to_numpy())
-        frame.loc[group.index[group["workers"] == point], "saturated"] = True
-    return frame
+    return plan_sweep(profile, cluster, workers=workers, servers=servers, mode=mode, sharing=sharing,
+                      transfer=transfer, priorities=priorities, bandwidth_Bps=bandwidth_Bps, steps=steps,
+                      warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
+                      ci_target=ci_target, max_steps=max_steps, stagger=stagger).run(jobs=jobs, progress=progress)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,9 +610,13 @@ class _single_host:
     cores: float
 
     def __call__(self, workers: int, servers: int) -> Colocation:
-        if not (self.cores > 0 and math.isfinite(self.cores)):
-            raise UsageError("cores", f"must be positive, not {self.cores}")
         return Colocation.single_host(workers, servers, self.cores)
+
+    def __post_init__(self) -> None:
+        cores = self.cores
+        if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores):
+            raise UsageError("cores", f"must be a number, not {cores!r}")
+        Colocation.single_host(1, 1, float(cores))  # the range check
 
 
 def default_jobs() -> int:

@@ -37,14 +37,20 @@ def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfe
                       warmup: int | None = None) -> float:
     """The model's median step time with one worker, over ``steps`` steps after ``warmup``
     (default: a quarter of them, at most 10)."""
+    from simulate.workers import run_in_child
+
+    warmup = min(10, steps // 4) if warmup is None else warmup
+    config = SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup)
+    return run_in_child(_median_step_s, profile, cluster, config)
+
+
+def _median_step_s(profile: Profile, cluster: ClusterModel, config: SimConfig) -> float:
+    """One simulation's median step time (run in a child process: compiled code)."""
     from simulate.engine import run
     from simulate.prepare import prepare
     from simulate.results import step_times_s
 
-    warmup = min(10, steps // 4) if warmup is None else warmup
-    result = run(prepare(profile, cluster), cluster, SimConfig(workers=1, transfer=transfer, steps=steps,
-                                                              warmup=warmup))
-    return float(np.median(step_times_s(result)))
+    return float(np.median(step_times_s(run(prepare(profile, cluster), cluster, config))))
 
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,

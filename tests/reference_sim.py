@@ -266,6 +266,9 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
 
     def settle_capacities():
         """End of an event: a link whose busy workers changed runs at its peak while it has tokens."""
+        if M > 1 and sharing in (Sharing.PS, Sharing.FLOW_CAP):
+            # the direction's shares are coupled across its servers (ICPE §5): all are re-decided
+            marked.update({(k[0], m) for k in list(marked) for m in range(M)})
         for k in list(marked):
             if queue_window[k[0]] > 0:
                 marked.add((2 - k[0], k[1]))  # its reverse link is re-rated too (acknowledgements)

@@ -178,6 +178,81 @@ def test_ctrl_c_mid_run_leaves_no_complete_run(clean_state):
     assert (run.with_name("run.incomplete") / "logs" / "worker0.log").exists()  # kept for a look
 
 
+def test_sigterm_mid_run_stops_every_task(clean_state):
+    """SIGTERM (kill, timeout, a scheduler) stops the run as Ctrl-C does: every task stopped, exit 143."""
+    run = clean_state / "run"
+    proc = start_tfsim("collect", *LONG_TINY, "--out", run)
+    try:
+        first_trace = run.with_name("run.incomplete") / "trace" / "step_00000.pb.gz"
+        assert wait_until(first_trace.exists, 120)
+        assert task_pid(clean_state, "ps0") and task_pid(clean_state, "worker0")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 143 and last_line(err) == "tfsim: terminated by SIGTERM"
+    assert_clean_failure(err, run)  # and clean_state checks that no task is left
+
+
+@needs_root
+def test_sigterm_during_iperf3_and_capture_leaves_no_process(clean_state):
+    """SIGTERM while iperf3 measures the link, with tcpdump capturing (and, below, while tcpdump is
+    starting): tcpdump, the iperf3 server and client, and any task are all gone when the command
+    has exited."""
+    if shutil.which("iperf3") is None or shutil.which("tcpdump") is None:
+        pytest.skip("needs iperf3 and tcpdump")
+    from test_signals import alive, descendants
+
+    run = clean_state / "run"
+    proc = start_tfsim("collect", *LONG_TINY, "--capture", "--out", run)
+    seen: set[int] = set()
+    try:
+        def iperf_running() -> bool:
+            seen.update(descendants(proc.pid))
+            return any(_command(pid).startswith("iperf3 ") for pid in seen if alive(pid)) or proc.poll() is not None
+        assert wait_until(iperf_running, 120, poll_s=0.05) and proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 143 and last_line(err) == "tfsim: terminated by SIGTERM"
+    commands = {pid: _command(pid) for pid in seen}
+    left = {pid: commands[pid] for pid in seen if alive(pid)}
+    assert not left, left
+    assert_clean_failure(err, run)
+
+
+@needs_root
+def test_sigterm_while_tcpdump_starts_leaves_no_tcpdump(clean_state):
+    if shutil.which("iperf3") is None or shutil.which("tcpdump") is None:
+        pytest.skip("needs iperf3 and tcpdump")
+    from test_signals import alive, descendants
+
+    run = clean_state / "run"
+    proc = start_tfsim("collect", *LONG_TINY, "--capture", "--out", run)
+    seen: set[int] = set()
+    try:
+        def tcpdump_started() -> bool:
+            seen.update(descendants(proc.pid))
+            return any(_command(pid).startswith("tcpdump ") for pid in seen) or proc.poll() is not None
+        assert wait_until(tcpdump_started, 120, poll_s=0.005) and proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 143 and last_line(err) == "tfsim: terminated by SIGTERM"
+    left = {pid: _command(pid) for pid in seen if alive(pid)}
+    assert not left, left
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2 MiB tmpfs at tmp_path/disk, unmounted afterwards whatever happens."""

@@ -56,6 +56,39 @@ def test_short_seeded_campaign_finds_nothing_open(tmp_path):
     assert sum(row["failures_fixed"] for row in rows.values()) == sum(row["failures_found"] for row in rows.values())
 
 
+COMMAND_RUNS = 12
+
+
+def test_short_seeded_command_campaign_finds_nothing_open(tmp_path):
+    """The whole-command campaign (``bench/fuzz.py --commands``), a few runs of every command and the
+    regression cases, in well under a minute."""
+    from fuzz_commands import COMMAND_TARGETS
+
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "fuzz.py"), "--commands", "--runs", str(COMMAND_RUNS), "--seed", "1",
+         "--processes", "2", "--out", str(tmp_path), "--failures", str(tmp_path / "failures")],
+        capture_output=True, text=True, timeout=300)
+    summary = json.loads((tmp_path / "fuzz-commands.json").read_text())
+    rows = {row["command"]: row for row in summary["rows"]}
+    assert set(rows) == set(COMMAND_TARGETS)
+    assert all(row["runs"] == COMMAND_RUNS for row in rows.values())
+    assert {name: row["new_failures"] + row["reopened"] for name, row in rows.items() if row["open"]} == {}
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert sum(row["exit_0"] for row in rows.values()) and sum(row["exit_2"] for row in rows.values())
+
+
+def test_command_runs_depend_only_on_seed_command_and_number(tmp_path):
+    from fuzz_commands import COMMAND_TARGETS
+
+    def argv(seed, index, copy):
+        where = tmp_path / f"{seed}-{index}-{copy}"
+        where.mkdir()
+        return COMMAND_TARGETS["predict"].make(fuzz.input_rng(seed, "command/predict", index), where).argv
+
+    first = argv(1, 5, "a")
+    assert first == argv(1, 5, "b") and first != argv(2, 5, "a")
+
+
 # -- structure-aware inputs ------------------------------------------------------------------
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:

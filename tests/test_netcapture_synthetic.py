@@ -519,4 +519,4 @@ def test_pcap_nanosecond_and_pcapng_give_the_same_frames(tmp_path, backend, kind
 def _bundled_run():
     from pathlib import Path
 
-    return Path(__file__).resolve().parents[1] / "data" / "captures" / "tiny_lo" / "run"
+    return Path(__file__).resolve().parents[1] / "data" / "captures" / "tiny_lo"

@@ -63,6 +63,40 @@ class CollectError(TfsimError):
     """A profiling run that failed: a task died, timed out, or was interrupted."""
 
 
+class ChildProcessFailed(TfsimError):
+    """A child process that tfsim ran work in (a simulation) died without an answer: killed by
+    a signal (the kernel's out-of-memory killer, a user) or exited on its own."""
+
+
+class Terminated(BaseException):
+    """The process was asked to stop by SIGTERM or SIGHUP (SIGINT raises KeyboardInterrupt).
+
+    A :class:`BaseException`, like KeyboardInterrupt, so that no ``except Exception`` swallows
+    it: every ``with`` block and ``finally`` unwinds (child processes killed, staged outputs
+    removed) and the command exits with ``128 + signum``.
+    """
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        super().__init__(self.signal_name)
+
+    @property
+    def signal_name(self) -> str:
+        import signal
+
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+    def __reduce__(self):
+        return (type(self), (self.signum,))
+
+
 class TfsimWarning(UserWarning):
     """Something in the input that tfsim worked around; printed as ``tfsim: warning: ...``."""
 

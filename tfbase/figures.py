@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import os
 
-from tfbase.fileio import write_bytes
+from tfbase.fileio import Output, output_name, write_bytes
 
 
 def pyplot():
@@ -34,7 +34,8 @@ def figure_bytes(fig, fmt: str = "png") -> bytes:
     return buffer.getvalue()
 
 
-def save_figure(fig, path: str | os.PathLike) -> None:
-    """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically."""
-    fmt = os.fspath(path).rsplit(".", 1)[-1].lower()
+def save_figure(fig, path: str | os.PathLike | Output) -> None:
+    """Write the figure to ``path`` (PNG, or SVG/PDF by extension) atomically; ``path`` may be a
+    planned :class:`~tfbase.fileio.Output`."""
+    fmt = output_name(path).rsplit(".", 1)[-1].lower()
     write_bytes(path, figure_bytes(fig, fmt if fmt in ("png", "svg", "pdf") else "png"))

@@ -7,6 +7,8 @@ import re
 
 from tfbase.errors import UsageError
 
+MIN_RATE_BPS = 125.0  # 1 kbit/s
+MAX_RATE_BPS = 1.25e13  # 100 Tbit/s
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z/]*)\s*$")
 _BIT_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
               "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9}
@@ -28,6 +30,8 @@ def parse_rate(text: str, parameter: str = "bandwidth") -> float:
         raise UsageError(parameter, f"unknown unit {match.group(2)!r} in {text!r}; use bit/kbit/mbit/gbit or B/s, MB/s")
     if not (rate > 0 and math.isfinite(rate)):
         raise UsageError(parameter, f"bandwidth must be positive and finite, not {text!r}")
+    if not MIN_RATE_BPS <= rate <= MAX_RATE_BPS:
+        raise UsageError(parameter, f"{text!r} is outside the rates tfsim simulates (1kbit to 100Tbit per second)")
     return rate
 
 

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from tfbase.errors import GraphError, TraceWarning
-from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
+from tfprofile.dag import MAX_SERVERS, OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
 TRANSFER_OPS = {"_Send", "_Recv", "_HostSend", "_HostRecv"}
 VARIABLE_OPS = {"VarHandleOp", "VariableV2", "Variable"}
@@ -280,8 +280,6 @@ def build_profile(
     builder = _Builder(source, nodes)
     order = builder.topological_order()
     n = len(order)
-    new_index = np.empty(n, dtype=np.int64)
-    new_index[order] = np.arange(n)
 
     transfer_ops = {key[1:]: k for k, key in enumerate(builder.keys) if key[0] == "transfer"}
     op_keys = {key[1:]: k for k, key in enumerate(builder.keys) if key[0] == "op"}
@@ -340,7 +338,21 @@ def build_profile(
     for item in dropped:
         warnings.warn(TraceWarning(item["source"], f"step skipped: {item['reason']}"), stacklevel=2)
     durations, starts, makespans = np.array(durations), np.array(starts), np.array(makespans)
+    if builder.servers and max(builder.servers) >= MAX_SERVERS:
+        raise GraphError(source, f"an op runs on parameter server {max(builder.servers)}: at most {MAX_SERVERS}")
+    try:
+        return _assemble(builder, nodes, order, sizes, durations, starts, makespans, step_wall_s, batch_size,
+                         variables, meta, dropped)
+    except (ValueError, TypeError, OverflowError) as exc:  # values a profile cannot hold (sizes, durations)
+        raise GraphError(source, f"the trace holds values a profile cannot: {' '.join(str(exc).split())[:200]}"
+                         ) from None
 
+
+def _assemble(builder, nodes, order, sizes, durations, starts, makespans, step_wall_s, batch_size, variables, meta,
+              dropped) -> Profile:
+    n = len(order)
+    new_index = np.empty(n, dtype=np.int64)
+    new_index[order] = np.arange(n)
     edges = np.array(sorted(set(builder.edges)), dtype=np.int64).reshape(-1, 3)
     src, dst, ctrl = new_index[edges[:, 0]], new_index[edges[:, 1]], edges[:, 2].astype(bool)
     # An edge present as both data and control is a data edge.

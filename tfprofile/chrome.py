@@ -22,18 +22,18 @@ Prefer RunMetadata (``tfsim collect`` writes it) whenever you have it.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
 from tfbase.errors import GraphError, TraceFormatError
+from tfbase.fileio import read_input
 from tfprofile.build import GraphNode, StepRecords, TransferRecord, build_profile, parse_device, split_input
 from tfprofile.dag import Profile, VariableTable
+from tfprofile.runmetadata import MAX_TRACE_BYTES
 
 _RECV_SUFFIX = re.compile(r"_S\d+$")
 _APPLY_PREFIX = ("ResourceApply", "ApplyGradient", "Apply", "ResourceSparseApply", "SparseApply", "AssignSub",
@@ -41,13 +41,9 @@ _APPLY_PREFIX = ("ResourceApply", "ApplyGradient", "Apply", "ResourceSparseApply
 
 
 def _load_events(path: Path) -> list[dict]:
+    raw = read_input(path, limit=MAX_TRACE_BYTES, error=TraceFormatError, what="trace")
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         data = json.loads(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(path, f"cannot read ({exc})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TraceFormatError(path, f"not valid JSON ({exc})") from None
     except RecursionError:

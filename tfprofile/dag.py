@@ -17,6 +17,13 @@ from typing import Any
 
 import numpy as np
 
+# What a profile may hold (docs/formats.md §3): beyond these, a file is refused, so that a
+# small file cannot make the simulation allocate or run without bound.
+MAX_SERVERS = 256  # parameter-server tasks
+MAX_TENSOR_BYTES = 2**40  # one transfer or variable (1 TiB): sums over a step stay far inside int64
+MAX_BATCH_SIZE = 2**31 - 1
+MAX_DURATION_S = 1e6  # one op's recorded duration; a step's makespan or wall time up to 1e9 s
+
 
 class Resource(enum.IntEnum):
     """The one resource each op uses (ICPE §2). The numbering is the tie-break order of docs/model.md §2.4."""
@@ -97,12 +104,17 @@ class OpGraph:
             raise ValueError("OpGraph.resource holds a value that is not a Resource")
         if (self.size_bytes < 0).any():
             raise ValueError("OpGraph.size_bytes has a negative size")
+        if (self.size_bytes > MAX_TENSOR_BYTES).any():
+            raise ValueError(f"OpGraph.size_bytes has a transfer larger than {MAX_TENSOR_BYTES} bytes (1 TiB)")
         links = np.isin(self.resource, [Resource.DOWNLINK, Resource.UPLINK])
         if (self.size_bytes[~links] != 0).any():
             raise ValueError("OpGraph: a computation op has a nonzero size_bytes")
         worker = self.resource == Resource.WORKER
         if (self.server[worker] != -1).any() or (self.server[~worker] < 0).any():
             raise ValueError("OpGraph.server must be -1 exactly for WORKER ops")
+        if n and self.server.max() >= MAX_SERVERS:
+            raise ValueError(f"OpGraph.server holds server {int(self.server.max())}: at most {MAX_SERVERS} parameter "
+                             "servers")
         for kind in ("data", "ctrl"):
             ptr, idx = getattr(self, f"{kind}_ptr"), getattr(self, f"{kind}_idx")
             if len(ptr) != n + 1 or ptr[0] != 0 or ptr[-1] != len(idx) or (np.diff(ptr) < 0).any():
@@ -189,6 +201,10 @@ class VariableTable:
         n = len(self.name)
         if any(len(getattr(self, f)) != n for f in ("size_bytes", "server", "trainable")):
             raise ValueError("VariableTable columns differ in length")
+        if n and not ((self.size_bytes >= 0) & (self.size_bytes <= MAX_TENSOR_BYTES)).all():
+            raise ValueError(f"VariableTable.size_bytes must be between 0 and {MAX_TENSOR_BYTES} bytes (1 TiB)")
+        if n and not ((self.server >= 0) & (self.server < MAX_SERVERS)).all():
+            raise ValueError(f"VariableTable.server must be a parameter server from 0 to {MAX_SERVERS - 1}")
 
     @classmethod
     def empty(cls) -> VariableTable:
@@ -241,8 +257,17 @@ class Profile:
             raise ValueError("Profile.step_makespan_s needs one entry per step")
         if not np.isfinite(self.duration_s).all() or (self.duration_s < 0).any():
             raise ValueError("Profile.duration_s must be finite and non-negative")
-        if self.batch_size < 1:
-            raise ValueError(f"Profile.batch_size must be at least 1, not {self.batch_size}")
+        if (self.duration_s > MAX_DURATION_S).any():
+            raise ValueError(f"Profile.duration_s has an op longer than {MAX_DURATION_S:g} s")
+        for field in ("step_makespan_s", "step_wall_s"):
+            values = getattr(self, field)
+            if not (np.isfinite(values) & (values >= 0) & (values <= 1e3 * MAX_DURATION_S)).all():
+                raise ValueError(f"Profile.{field} must be finite, non-negative and at most "
+                                 f"{1e3 * MAX_DURATION_S:g} s")
+        if np.isinf(self.start_s).any():
+            raise ValueError("Profile.start_s must be finite (or NaN: unknown)")
+        if isinstance(self.batch_size, bool) or not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"Profile.batch_size must be between 1 and {MAX_BATCH_SIZE}, not {self.batch_size}")
 
     @property
     def n_steps(self) -> int:

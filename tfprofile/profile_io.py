@@ -82,6 +82,55 @@ def save_profile(profile: Profile, path: str | os.PathLike) -> None:
         np.savez_compressed(handle, **arrays)
 
 
+MAX_PROFILE_BYTES = 256 * 2**20  # what the arrays of a profile may expand to, all members together
+MAX_MEMBERS = 64
+
+
+def _check_archive(path: Path) -> None:
+    """Refuse, before numpy allocates anything, an archive that is not a profile as tfsim writes
+    it or that would expand beyond :data:`MAX_PROFILE_BYTES`: each member must be stored or
+    deflated, a ``.npy`` array of plain (not object) data whose header declares exactly the bytes
+    the member holds, and the members together at most the limit."""
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            raise ProfileFormatError(path, "not a tfsim profile: not an .npz (zip) archive")
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        if len(members) > MAX_MEMBERS:
+            raise ProfileFormatError(path, f"not a tfsim profile: {len(members)} members (a profile has "
+                                           f"{len(_GRAPH_FIELDS) + len(_VAR_FIELDS) + 7})")
+        total = 0
+        for member in members:
+            name = member.filename
+            if member.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise ProfileFormatError(path, f"member {name!r} uses compression method {member.compress_type}; "
+                                               "profiles are stored or deflated")
+            total += member.file_size
+            if total > MAX_PROFILE_BYTES:
+                raise ProfileFormatError(path, f"expands to more than {MAX_PROFILE_BYTES // 2**20} MiB, the limit of "
+                                               "a profile")
+            if not name.endswith(".npy"):
+                continue
+            with archive.open(member) as stream:
+                try:
+                    version = np.lib.format.read_magic(stream)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+                    else:
+                        raise ValueError(f"npy format version {version}")
+                except (ValueError, SyntaxError, EOFError, tokenize.TokenError, TypeError) as exc:
+                    raise ProfileFormatError(path, f"member {name!r} is not a numpy array ({exc})") from None
+                if dtype.hasobject:
+                    raise ProfileFormatError(path, f"member {name!r} holds Python objects: a profile holds plain "
+                                                   "arrays and is never unpickled")
+                declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if declared != member.file_size - stream.tell():
+                    raise ProfileFormatError(path, f"member {name!r} declares {declared:,} bytes of data but holds "
+                                                   f"{member.file_size - stream.tell():,}")
+
+
 def load_profile(path: str | os.PathLike) -> Profile:
     """Read a ``tfsim.profile/1`` file (docs/formats.md §3); nothing is unpickled.
 
@@ -99,12 +148,14 @@ def load_profile(path: str | os.PathLike) -> Profile:
     """
     path = Path(path)
     try:
+        _check_archive(path)
         with np.load(path, allow_pickle=False) as archive:
             if "format" not in archive.files:
                 raise ProfileFormatError(path, "not a tfsim profile (no format member)")
             fmt = str(archive["format"])
             if fmt != PROFILE_FORMAT:
-                raise ProfileFormatError(path, f"format {fmt!r} is not supported; this tfsim reads {PROFILE_FORMAT!r}")
+                raise ProfileFormatError(path, f"format {fmt[:60]!r} is not supported; this tfsim reads "
+                                               f"{PROFILE_FORMAT!r}")
             missing = [k for k in (*_GRAPH_FIELDS, *_VAR_FIELDS, "meta_json", "batch_size", "duration_s", "start_s",
                                    "step_makespan_s", "step_wall_s") if k not in archive.files]
             if missing:
@@ -112,21 +163,53 @@ def load_profile(path: str | os.PathLike) -> Profile:
             data = {k: archive[k] for k in archive.files}
     except FileNotFoundError:
         raise ProfileFormatError(path, "no such file") from None
+    except IsADirectoryError:
+        raise ProfileFormatError(path, "is a directory, not a profile (.npz)") from None
     except ProfileFormatError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError, zlib.error, NotImplementedError,
-            tokenize.TokenError) as exc:
+            tokenize.TokenError, SyntaxError, TypeError, OverflowError) as exc:
         # NotImplementedError: a zip member compressed with a method zipfile does not know;
         # TokenError: an array header numpy cannot tokenize
-        raise ProfileFormatError(path, f"not a tfsim profile (.npz) or corrupt ({exc})") from None
-    except MemoryError:  # an array header declaring more elements than memory holds
+        raise ProfileFormatError(path, f"not a tfsim profile (.npz) or corrupt ({_short(exc)})") from None
+    except MemoryError:  # an array larger than this process may allocate
         raise ProfileFormatError(path, "corrupt: an array is larger than memory") from None
     try:
         meta = json.loads(str(data["meta_json"]))
+        if not isinstance(meta, dict):
+            raise ValueError("meta_json is not a JSON object")
         graph = OpGraph(**{field: data[key] for key, field in _GRAPH_FIELDS.items()})
+        if graph.n_ops == 0:
+            raise ValueError("it has no ops")
         variables = VariableTable(**{field: data[key] for key, field in _VAR_FIELDS.items()})
-        return Profile(graph=graph, duration_s=data["duration_s"], start_s=data["start_s"],
-                       step_makespan_s=data["step_makespan_s"], step_wall_s=data["step_wall_s"],
-                       batch_size=int(data["batch_size"]), variables=variables, meta=meta)
-    except (ValueError, TypeError, json.JSONDecodeError) as exc:
-        raise ProfileFormatError(path, f"inconsistent profile: {exc}") from None
+        batch = data["batch_size"]
+        if batch.shape != () or batch.dtype.kind not in "iu":
+            raise ValueError(f"batch_size must be one integer, not {batch.dtype} of shape {batch.shape}")
+        profile = Profile(graph=graph, duration_s=data["duration_s"], start_s=data["start_s"],
+                          step_makespan_s=data["step_makespan_s"], step_wall_s=data["step_wall_s"],
+                          batch_size=int(batch), variables=variables, meta=meta)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        raise ProfileFormatError(path, f"inconsistent profile: {_short(exc)}") from None
+    _check_servers(path, profile)
+    return profile
+
+
+def _check_servers(path: Path, profile: Profile) -> None:
+    """Every server index within the parameter servers the profile's run had (when it says)."""
+    cluster = profile.meta.get("cluster")
+    ps = cluster.get("ps") if isinstance(cluster, dict) else None
+    if not isinstance(ps, list) or not ps:
+        return
+    used = [int(profile.graph.server.max()) if profile.graph.n_ops else -1,
+            int(profile.variables.server.max()) if len(profile.variables) else -1]
+    if max(used) >= len(ps):
+        raise ProfileFormatError(path, f"inconsistent profile: server {max(used)} is used, but its run had "
+                                       f"{len(ps)} parameter server{'s' if len(ps) != 1 else ''}")
+
+
+def _short(exc: BaseException) -> str:
+    """An exception's message in one short line, without numpy's advice on unsafe loading."""
+    text = " ".join(str(exc).split())
+    if "allow_pickle" in text:
+        return "it holds Python objects, which a profile never does"
+    return text[:200]

@@ -6,25 +6,18 @@ need TensorFlow. Only ``step_stats`` and ``partition_graphs`` are used.
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
-import zlib
 from pathlib import Path
 
 from tfbase.errors import TraceFormatError
+from tfbase.fileio import read_input
 from tfprofile.build import GraphNode, StepRecords, TransferRecord
 
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def _decompress(path: Path, raw: bytes) -> bytes:
-    if raw[:2] != GZIP_MAGIC:
-        return raw
-    try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(path, f"corrupt or truncated gzip data ({exc})") from None
+MAX_TRACE_BYTES = 256 * 2**20  # one trace file, decompressed
 
 
 _TEXT_START = re.compile(rb"\A\s*(#|(step_stats|cost_graph|partition_graphs|function_graphs|session_metadata)\s*[{:])")
@@ -46,11 +39,7 @@ def read_run_metadata(path: str | os.PathLike):
     from tensorboard.compat.proto import config_pb2
 
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceFormatError(path, f"cannot read: {exc.strerror or exc}") from None
-    data = _decompress(path, raw)
+    data = read_input(path, limit=MAX_TRACE_BYTES, error=TraceFormatError, what="trace")
     metadata = config_pb2.RunMetadata()
     if _looks_like_text(data):
         try:
@@ -81,11 +70,18 @@ def graph_nodes(metadata, source: str | os.PathLike) -> list[GraphNode]:
     for graph in metadata.partition_graphs:
         for node in graph.node:
             attr = node.attr
+
+            def text(key: str, node=node, attr=attr) -> str:
+                if key not in attr:
+                    return ""
+                try:
+                    return attr[key].s.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise TraceFormatError(source, f"node {node.name[:80]!r}: its {key} is not UTF-8 text") from None
+
             nodes.append(GraphNode(
                 name=node.name, op=node.op, device=node.device, inputs=tuple(node.input),
-                tensor_name=attr["tensor_name"].s.decode() if "tensor_name" in attr else "",
-                send_device=attr["send_device"].s.decode() if "send_device" in attr else "",
-                recv_device=attr["recv_device"].s.decode() if "recv_device" in attr else "",
+                tensor_name=text("tensor_name"), send_device=text("send_device"), recv_device=text("recv_device"),
                 client_terminated=bool(attr["client_terminated"].b) if "client_terminated" in attr else False,
             ))
     return nodes

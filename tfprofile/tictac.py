@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from tfbase.errors import InputError, UsageError
-from tfbase.fileio import write_text
+from tfbase.fileio import read_input, write_text
 from tfprofile.dag import OpGraph, Profile, Resource
 
 __all__ = [
@@ -596,6 +596,7 @@ def profile_efficiency(profile: Profile) -> ProfileEfficiency:
 # ---------------------------------------------------------------------------- TicTac's priority file
 
 _PRIORITY = re.compile(r"[0-9]{1,18}")  # fits int64
+MAX_PRIORITY_FILE_BYTES = 64 * 2**20
 
 
 def format_priorities(ordering: Ordering) -> str:
@@ -655,14 +656,10 @@ def parse_priorities(text: str, graph: OpGraph, source: str | os.PathLike | None
 
 def read_priorities(path: str | os.PathLike, graph: OpGraph) -> Ordering:
     """Read TicTac's priority file at ``path`` (see :func:`parse_priorities`)."""
+    raw = read_input(path, limit=MAX_PRIORITY_FILE_BYTES, what="priority file", gunzip=False)
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except FileNotFoundError:
-        raise InputError(path, "no such file") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InputError(path, "not a text (UTF-8) priority file") from None
-    except OSError as exc:
-        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     return parse_priorities(text, graph, path)
 

@@ -1,3 +1,3 @@
-from tfsim.cli import main
+from tfsim.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

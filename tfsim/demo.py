@@ -3,20 +3,22 @@
 It summarises every bundled profile, then writes the report (:mod:`tfsim.report`) on the
 main model: its throughput over W with each transfer ordering (HTTP/2 as gRPC does it, FIFO
 with flow control off, TicTac's TIC and TAC orders, random orders), the coarse analytical
-baselines beside it, and Gantt pictures of simulated steps. Everything goes to one directory
-(written whole, then renamed into place): the report page and its JSON and CSV, the profile
-summaries, the plots and the findings in a few lines.
+baselines beside it, and Gantt pictures of simulated steps. Everything goes to one directory,
+its files planned before any work and committed together at the end (:mod:`tfbase.fileio`):
+the report page and its JSON and CSV, the profile summaries, the plots and the findings in a
+few lines.
 """
 
 from __future__ import annotations
 
-import shutil
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tfbase.errors import InputError
 from tfbase.figures import save_figure
-from tfbase.fileio import atomic_output, write_json, write_text
+from tfbase.fileio import OutputDirectory, Outputs, atomic_output, write_json, write_text
 from tfbase.units import format_rate
 from tfprofile.profile_io import load_profile
 from tfprofile.summary import summarize
@@ -24,10 +26,13 @@ from tfsim.plots import throughput_figure
 from tfsim.prediction import format_table
 from tfsim.report import ReportRequest, make_report, say_on_stderr
 from tfsim.report.advice import headline, order_advice
+from tfsim.report.outputs import plan_report_files
 
 MAIN_MODEL = "resnet50"
 DEMO_WORKERS = (1, 2, 3, 4, 6, 8)  # well past resnet50's saturation point; under a minute with every order
 DEMO_BANDWIDTH = "1gbit"
+DEMO_FILES = (("profiles.csv", False), ("throughput.png", True), ("baselines.png", True), ("findings.txt", False),
+              ("demo.json", False))
 
 
 def project_data_dir() -> Path:
@@ -55,59 +60,80 @@ def summarise_profiles(paths: list[Path]):
     return pd.DataFrame(rows)
 
 
-def run_demo(out: Path, *, data: Path | None = None, steps: int = 400, jobs: int = 1) -> int:
+def plan_demo_files(directory: OutputDirectory) -> None:
+    """Plan the demo's files in ``directory``: the report's, then its own."""
+    plan_report_files(directory)
+    for name, binary in DEMO_FILES:
+        directory.file(name, binary=binary)
+
+
+def run_demo(out: Path | OutputDirectory, *, data: Path | None = None, steps: int = 400, jobs: int = 1,
+             say: Callable[[str], None] = say_on_stderr, ready: Callable[[], None] = lambda: None,
+             text=None, after_commit: list[str] | None = None) -> int:
     """Write the demo into ``out`` (the bundled data of ``data``, default: the project's
-    ``data/``): the report on the main model, profile summaries, plots and findings. Returns 0."""
+    ``data/``): the report on the main model, profile summaries, plots and findings. ``out`` is a
+    path (committed here) or a planned :class:`~tfbase.fileio.OutputDirectory` (its run commits
+    it, and prints the lines left in ``after_commit`` once it has); ``ready()`` is called once
+    the inputs are checked; the tables go to ``text`` (default stdout). Returns 0."""
+    if not isinstance(out, OutputDirectory):
+        closing: list[str] = []
+        with Outputs() as outputs:
+            directory = outputs.directory(out, "demo directory")
+            plan_demo_files(directory)
+            run_demo(directory, data=data, steps=steps, jobs=jobs, say=say, ready=ready, text=text,
+                     after_commit=closing)
+            outputs.commit()
+        print("\n".join(closing), file=text or sys.stdout)
+        return 0
     started = time.monotonic()
+    text = text or sys.stdout
     data = data or project_data_dir()
     profiles = sorted((data / "profiles").glob("*.npz"))
     if not profiles:
         raise InputError(data / "profiles", "holds no bundled profile (*.npz): is this a tfsim checkout?")
-    out = Path(out)
-    partial = out.with_name(out.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    partial.mkdir(parents=True)
 
-    say_on_stderr(f"[1/3] summarising {len(profiles)} bundled profiles from {data / 'profiles'}")
+    say(f"[1/3] summarising {len(profiles)} bundled profiles from {data / 'profiles'}")
     summaries = summarise_profiles(profiles)
-    print(summaries.to_string(index=False, float_format=lambda x: f"{x:,.1f}"))
-    with atomic_output(partial / "profiles.csv") as handle:
-        summaries.to_csv(handle, index=False)
-
     main = MAIN_MODEL if MAIN_MODEL in summaries["profile"].tolist() else profiles[0].stem
     cluster_path = find_cluster(data)
     where = (f"calibrated cluster {cluster_path.name}" if cluster_path is not None else
              f"{DEMO_BANDWIDTH} links, uncalibrated (no parsing overhead, unlimited HTTP/2 window)")
-    say_on_stderr(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, "
-                  f"on {where}")
     request = ReportRequest(profile_path=data / "profiles" / f"{main}.npz", cluster_path=cluster_path,
                             bandwidth=None if cluster_path is not None else DEMO_BANDWIDTH,
                             workers=",".join(map(str, DEMO_WORKERS)), steps=steps,
                             warmup=min(50, steps // 5), jobs=jobs, progress=True)
-    report, page = make_report(request, partial, say=lambda message: say_on_stderr("      " + message))
+
+    def inputs_checked() -> None:
+        ready()
+        print(summaries.to_string(index=False, float_format=lambda x: f"{x:,.1f}"), file=text)
+        say(f"[2/3] the report on {main}: W = {', '.join(map(str, DEMO_WORKERS))}, every transfer order, "
+            f"on {where}")
+
+    with atomic_output(out / "profiles.csv") as handle:
+        summaries.to_csv(handle, index=False)
+    report, page = make_report(request, out, say=lambda message: say("      " + message), ready=inputs_checked)
     frame, reference = report.frame, report.reference
     links = format_rate(report.cluster["bandwidth_Bps"]["downlink"])
-    print(f"\n{main}, batch {report.batch_size}, on {links} links (* = saturation point):")
-    print(format_table(frame[~frame["policy"].str.startswith("random#")]))
+    print(f"\n{main}, batch {report.batch_size}, on {links} links (* = saturation point):", file=text)
+    print(format_table(frame[~frame["policy"].str.startswith("random#")]), file=text)
     ref = report.reference_policy
-    print(f"\neach order against {ref} (E: TicTac's scheduling efficiency at W = 1):")
+    print(f"\neach order against {ref} (E: TicTac's scheduling efficiency at W = 1):", file=text)
     print(report.orderings.to_string(index=False, formatters={
         "efficiency_E": "{:.2f}".format, "throughput_Wmin_eps": "{:,.1f}".format,
         "throughput_Wmax_eps": "{:,.1f}".format,
-        "mean_gain": "{:+.1%}".format, "best_gain": "{:+.1%}".format}))
+        "mean_gain": "{:+.1%}".format, "best_gain": "{:+.1%}".format}), file=text)
     advice = order_advice(headline(report))
     if advice is not None:
-        print(advice[1])
-    print("\nbaselines (examples/s):")
+        print(advice[1], file=text)
+    print("\nbaselines (examples/s):", file=text)
     print(report.baselines.pivot(index="workers", columns="model", values="throughput_eps").to_string(
-        float_format=lambda x: f"{x:,.1f}"))
+        float_format=lambda x: f"{x:,.1f}"), file=text)
 
-    say_on_stderr("[3/3] plotting")
+    say("[3/3] plotting")
     save_figure(throughput_figure(frame, title=f"{main} (batch {report.batch_size}), {links} links: "
-                                              "predicted throughput"), partial / "throughput.png")
+                                              "predicted throughput"), out / "throughput.png")
     save_figure(throughput_figure(reference, baselines=report.baselines,
-                                  title=f"{main}: simulation vs coarse baselines"), partial / "baselines.png")
+                                  title=f"{main}: simulation vs coarse baselines"), out / "baselines.png")
     # Orders one could enforce (fifo, tic, tac): grpc and http2 are models of gRPC itself.
     enforceable = frame[~frame["policy"].str.startswith("random#") & ~frame["policy"].isin(("grpc", "http2"))]
     best = enforceable.loc[enforceable.groupby("workers")["throughput_eps"].idxmax()]
@@ -120,17 +146,17 @@ def run_demo(out: Path, *, data: Path | None = None, steps: int = 400, jobs: int
         lines.append(f"- W = {row['workers']:>2}: best enforced order {row['policy']:<5} "
                      f"{row['throughput_eps']:8.1f} examples/s ({(row['throughput_eps'] / base_thr - 1) * 100:+.1f}% "
                      f"over {ref})")
-    write_text(partial / "findings.txt", "\n".join(lines) + "\n")
-    write_json(partial / "demo.json", {"format": "tfsim.demo/1", "model": main, "cluster": where,
-                                       "workers": list(DEMO_WORKERS), "transfers": sorted(set(frame["policy"])),
-                                       "steps": steps, "reference_transfer": ref,
-                                       "saturation_workers": saturation})
-    if out.exists():
-        shutil.rmtree(out)
-    partial.rename(out)
-    print("\n" + "\n".join(lines))
-    print(f"\nwrote {out}/ (report.html with report.json, prediction.csv/json, comparison.csv, baselines.csv, "
-          f"orderings.csv; profiles.csv, throughput.png, baselines.png, findings.txt) in "
-          f"{time.monotonic() - started:.0f} s")
-    print(f"the report: {out / page.name}")
+    write_text(out / "findings.txt", "\n".join(lines) + "\n")
+    write_json(out / "demo.json", {"format": "tfsim.demo/1", "model": main, "cluster": where,
+                                   "workers": list(DEMO_WORKERS), "transfers": sorted(set(frame["policy"])),
+                                   "steps": steps, "reference_transfer": ref,
+                                   "saturation_workers": saturation})
+    print("\n" + "\n".join(lines), file=text)
+    closing = [f"\nwrote {out.shown}/ (report.html with report.json, prediction.csv/json, comparison.csv, "
+               f"baselines.csv, orderings.csv; profiles.csv, throughput.png, baselines.png, findings.txt) in "
+               f"{time.monotonic() - started:.0f} s", f"the report: {page}"]
+    if after_commit is not None:
+        after_commit.extend(closing)  # said once the files are in place
+    else:
+        print("\n".join(closing), file=text)
     return 0

@@ -4,8 +4,11 @@
 #   data/captures/make_captures.sh [OUT_DIR]      (default: the directory of this script)
 #
 # For each capture: tcpdump on lo (large buffer, full snaplen) around a real `tfsim collect`
-# run, then only the run's own connections (its ports from run.json) are kept, gzip'd, next
-# to the run directory (without logs/). Then three `iperf3 -J` runs on loopback.
+# run, then only the run's own connections (its ports from run.json) are kept, gzip'd, in the
+# run directory (without logs/), so that `tfsim calibrate data/captures/NAME` reads it as it
+# reads a run collected with --capture. Then three `iperf3 -J` runs on loopback in each
+# direction, into each capture's iperf3/ (uplink_K.json, and downlink_K.json with -R), and the
+# three forward runs also into iperf3/lo_runK.json (the reader tests' inputs).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="${1:-$here}"
@@ -42,10 +45,9 @@ import json, sys
 cluster = json.load(open(sys.argv[1]))["cluster"]
 ports = [a.rsplit(":", 1)[1] for tasks in cluster.values() for a in tasks]
 print(" or ".join("port " + p for p in ports))' "$work/$name.run/run.json")"
-  mkdir -p "$out/$name"
-  rm -rf "$out/$name/run"
-  cp -r "$work/$name.run" "$out/$name/run"
-  rm -rf "$out/$name/run/logs"
+  rm -rf "$out/$name"
+  cp -r "$work/$name.run" "$out/$name"
+  rm -rf "$out/$name/logs"
   if [ "$format" = pcapng ]; then
     tcpdump -r "$raw" -w "$work/$name.pcap" "$filter"
     editcap -F pcapng "$work/$name.pcap" "$work/$name.pcapng"
@@ -65,14 +67,23 @@ capture tiny_lo pcap -- --model tiny --steps 4 --warmup 1 --inter-op-threads 1
 capture tiny16_lo_smallwin pcapng TF_GRPC_DEFAULT_OPTIONS=grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535 \
   -- --model tiny --image-size 16 --steps 4 --warmup 1 --inter-op-threads 1
 
-# 3. iperf3 on loopback, three repetitions.
+# 3. iperf3 on loopback, three repetitions each way, for every capture's run directory.
 mkdir -p "$out/iperf3"
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-for i in 1 2 3; do
-  iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
-  iperf_pid=$!
-  sleep 1
-  iperf3 -c 127.0.0.1 -p "$port" -J -t 2 >"$out/iperf3/lo_run$i.json"
-  wait "$iperf_pid" || true; iperf_pid=""
+for i in 0 1 2; do
+  for direction in uplink downlink; do
+    iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+    iperf_pid=$!
+    sleep 1
+    reverse=""
+    [ "$direction" = downlink ] && reverse="-R"
+    iperf3 -c 127.0.0.1 -p "$port" -J -t 2 $reverse >"$work/${direction}_$i.json"
+    wait "$iperf_pid" || true; iperf_pid=""
+  done
+  cp "$work/uplink_$i.json" "$out/iperf3/lo_run$((i + 1)).json"
+done
+for name in tiny_lo tiny16_lo_smallwin; do
+  mkdir -p "$out/$name/iperf3"
+  cp "$work"/uplink_*.json "$work"/downlink_*.json "$out/$name/iperf3/"
 done
 ls -la "$out"/*

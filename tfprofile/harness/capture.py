@@ -70,14 +70,17 @@ class Tcpdump:
         finally:
             log.close()
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:  # tcpdump says "listening on" once the capture is armed
-            if process.poll() is not None:
-                raise CollectError(f"tcpdump failed to start: {_last_line(log_path)} (log: {log_path})")
-            if "listening on" in log_path.read_text(errors="replace"):
-                return cls(process, path, log_path)
-            time.sleep(0.05)
-        cls(process, path, log_path).stop()
-        raise CollectError(f"tcpdump did not start capturing within {timeout_s:.0f} s (log: {log_path})")
+        try:
+            while time.monotonic() < deadline:  # tcpdump says "listening on" once the capture is armed
+                if process.poll() is not None:
+                    raise CollectError(f"tcpdump failed to start: {_last_line(log_path)} (log: {log_path})")
+                if "listening on" in log_path.read_text(errors="replace"):
+                    return cls(process, path, log_path)
+                time.sleep(0.05)
+            raise CollectError(f"tcpdump did not start capturing within {timeout_s:.0f} s (log: {log_path})")
+        except BaseException:  # failed, timed out, or interrupted while waiting: no tcpdump is left behind
+            cls(process, path, log_path).stop()
+            raise
 
     def stop(self) -> dict:
         """Stop the capture; return tcpdump's own counts (captured, dropped by kernel)."""

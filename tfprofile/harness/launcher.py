@@ -85,10 +85,10 @@ class CollectConfig:
             raise UsageError("model_fn", f"{self.model_fn!r} is not of the form MODULE:FUNCTION")
         for name in ("batch_size", "steps", "trace_every", "workers", "ps_tasks"):
             if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')}", f"must be at least 1, not {getattr(self, name)}")
+                raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
         for name in ("warmup_steps", "image_size", "num_classes", "intra_op_threads", "inter_op_threads"):
             if getattr(self, name) < 0:
-                raise UsageError(f"--{name.replace('_', '-')}", f"must not be negative, not {getattr(self, name)}")
+                raise UsageError(name, f"must not be negative, not {getattr(self, name)}")
         if self.placement not in ("round_robin", "greedy"):
             raise UsageError("placement", f"must be round_robin or greedy, not {self.placement!r}")
         if not (self.timeout_s > 0 and self.startup_timeout_s > 0):

@@ -111,6 +111,8 @@ def _read_json(text: str, where: str, label: str) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ClusterError(label, f"{where} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ClusterError(label, f"{where} is not a cluster spec (JSON nested too deeply)") from None
 
 
 def _task_from(data: dict, where: str, label: str) -> tuple[str | None, int | None]:
@@ -136,9 +138,13 @@ def load_task(env: Mapping[str, str], cluster_spec: str | os.PathLike | None = N
     if cluster_spec is not None:
         where = str(cluster_spec)
         try:
+            if Path(cluster_spec).stat().st_size > 1 << 20:
+                raise ClusterError(label, f"the cluster spec {where} is larger than a cluster spec can be (1 MiB)")
             text = Path(cluster_spec).read_text(encoding="utf-8")
         except OSError as exc:
             raise ClusterError(label, f"cannot read --cluster-spec {where}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError:
+            raise ClusterError(label, f"the cluster spec {where} is not UTF-8 text (JSON)") from None
     else:
         where = "TF_CONFIG"
         text = env.get("TF_CONFIG", "")

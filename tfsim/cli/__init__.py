@@ -9,7 +9,10 @@ This package is the only place that knows the option names. The library names th
 turns a parameter into the option that sets it (``--workers: ...``).
 
 Exit status: 0 on success, 2 on bad input or usage (one line on stderr), 1 when a run
-fails or on an internal error, 130 on Ctrl-C.
+fails or on an internal error, 130 on Ctrl-C (SIGINT), 143 on SIGTERM, 129 on SIGHUP. A
+signal stops the command at once: simulations run in child processes that are killed, the
+outputs staged so far are removed (:mod:`tfbase.signals`, :mod:`simulate.workers`,
+:mod:`tfbase.fileio`).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from tfbase.errors import CollectError, InputError, TfsimWarning
+from tfbase.errors import InputError, Terminated, TfsimError, TfsimWarning
+from tfbase.signals import stop_on_signals
 from tfsim import __version__
 from tfsim.cli import calibrate, collect, compare, demo, lab, order, predict, profile, report
+from tfsim.cli.console import console
 from tfsim.cli.options import Parser
 
 DESCRIPTION = """\
@@ -52,6 +57,8 @@ PARAMETER_OPTIONS = {
     "timeout_s": "--timeout",
     "connect_timeout_s": "--connect-timeout",
     "batch_size": "--batch",
+    "warmup_steps": "--warmup",
+    "gantt_workers": "--gantt-workers",
     "rate_bit": "--rate",
     "delay_ms": "--latency",
     "output": "-o",
@@ -94,32 +101,59 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def entry() -> int:
+    """The ``tfsim`` program: :func:`main`, then exit with its status. A stop signal that comes
+    once the command is done (the interpreter shutting down, the outputs committed) is ignored:
+    the status is what the command did."""
+    return main(exiting=True)
+
+
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
+    """Run one command line; its exit status. ``exiting``: the process ends after this (stop
+    signals are ignored once the command is done, instead of restoring their handlers)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     command_parser = _subparser(parser, args.command)
     default_showwarning = warnings.showwarning
+    console.reset()
 
     def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
         if issubclass(category, TfsimWarning):
-            text = _as_option(message, command_parser) if isinstance(message, TfsimWarning) else message
-            print(f"tfsim: warning: {text}", file=sys.stderr)
+            console.warn(_as_option(message, command_parser) if isinstance(message, TfsimWarning) else str(message))
         else:
-            default_showwarning(message, category, filename, lineno, file, line)
+            console.say(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"))
 
     warnings.showwarning = show_warning
     try:
-        return args.handler(args)
-    except InputError as err:
-        print(f"tfsim: error: {_as_option(err, command_parser)}", file=sys.stderr)
-        return 2
-    except CollectError as err:
-        print(f"tfsim: {args.command} failed: {err}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("tfsim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
+        with stop_on_signals(then_ignore=exiting):
+            try:
+                return _run(args, command_parser)
+            except KeyboardInterrupt:
+                console.drop()
+                print("tfsim: interrupted", file=sys.stderr)
+                return 130
+            except Terminated as stop:
+                console.drop()
+                print(f"tfsim: terminated by {stop.signal_name}", file=sys.stderr)
+                return stop.exit_status
     finally:
         warnings.showwarning = default_showwarning
+
+
+def _run(args, command_parser: argparse.ArgumentParser) -> int:
+    """Run the command; its exit status (signals are left to :func:`main`)."""
+    try:
+        status = args.handler(args)
+    except InputError as err:
+        console.drop()
+        print(f"tfsim: error: {_as_option(err, command_parser)}", file=sys.stderr)
+        return 2
+    except TfsimError as err:  # the run failed (a task, a child process), not its input
+        console.release()
+        print(f"tfsim: {args.command} failed: {err}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # the reader of stdout went away (| head): nothing more to say
+        console.drop()
+        return 0
+    console.release()
+    return status

@@ -28,15 +28,28 @@ def run(args) -> int:
     from calibration.calibrate import calibrate_run
     from calibration.summary import format_calibration
     from simulate.cluster_file import save_cluster
+    from tfbase.errors import UsageError
+    from tfbase.fileio import Outputs
+    from tfsim.cli.console import console
 
-    calibration = calibrate_run(args.run_dir, backend=args.backend)
-    document = calibration.to_cluster_json()
-    save_cluster(document, args.output)
-    if args.plots:
-        from calibration.plots import overhead_figure, stream_timeline_figure
-        from tfbase.figures import save_figure
+    with Outputs() as outputs:
+        output = outputs.file(args.output, "-o")
+        plots = None
+        if args.plots:
+            directory = outputs.directory(args.plots, "--plots")
+            plots = (directory.file("overhead.png", binary=True), directory.file("streams.png", binary=True))
+        if args.json and outputs.to_stdout:
+            raise UsageError("--json", "prints the cluster on standard output, which -o - already writes to")
+        console.text_to_stderr = outputs.to_stdout
+        calibration = calibrate_run(args.run_dir, backend=args.backend)
+        document = calibration.to_cluster_json()
+        save_cluster(document, output)
+        if plots is not None:
+            from calibration.plots import overhead_figure, stream_timeline_figure
+            from tfbase.figures import save_figure
 
-        save_figure(overhead_figure(calibration), args.plots / "overhead.png")
-        save_figure(stream_timeline_figure(calibration), args.plots / "streams.png")
-    print(json.dumps(document, indent=2) if args.json else format_calibration(document))
+            save_figure(overhead_figure(calibration), plots[0])
+            save_figure(stream_timeline_figure(calibration), plots[1])
+        outputs.commit()
+    print(json.dumps(document, indent=2) if args.json else format_calibration(document), file=console.out)
     return 0

@@ -35,37 +35,52 @@ def register(sub) -> None:
 def run(args) -> int:
     from simulate.cluster_file import resolve_cluster
     from simulate.coarse import baselines
-    from simulate.sweep import default_jobs, parse_workers, predict
+    from simulate.sweep import default_jobs, parse_workers, plan_sweep
     from tfbase.figures import save_figure
-    from tfbase.fileio import atomic_output, write_json
+    from tfbase.fileio import Outputs, atomic_output, write_json
     from tfbase.units import parse_rate
     from tfprofile.profile_io import load_profile
-    from tfsim.comparison import comparison_table, read_measured
+    from tfsim.cli.console import console
+    from tfsim.comparison import check_measured_in_sweep, comparison_table, read_measured
     from tfsim.plots import throughput_figure
 
-    profile = load_profile(args.profile)
-    cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
-    workers = parse_workers(args.workers)
-    measured = read_measured(args.measured, args.setting) if args.measured else None
-    simulated = predict(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
-                        warmup=min(50, args.steps // 5), cores=args.cores, jobs=args.jobs or default_jobs(),
-                        progress=not args.no_progress)
-    base = baselines(profile, cluster, workers, args.mode)
-    table = comparison_table(simulated, base, measured)
-    print(table.to_string(index=False, float_format=lambda x: f"{x:,.3f}"))
-    if measured is not None:
-        errors = {c[len("error_"):]: float(table[c].abs().mean()) for c in table.columns if c.startswith("error_")}
-        print("mean |error| against the measurements: " + ", ".join(
-            f"{m} {e * 100:.1f}%" for m, e in sorted(errors.items(), key=lambda kv: kv[1]) if not math.isnan(e)))
-    if args.csv:
-        with atomic_output(args.csv) as handle:
-            table.to_csv(handle, index=False, float_format="%.9g")
-    if args.json:
-        rows = [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-                for row in table.to_dict(orient="records")]
-        write_json(args.json, {"format": "tfsim.comparison/1", "mode": args.mode, "rows": rows})
-    if args.plot:
-        save_figure(throughput_figure(simulated, baselines=base, measured=measured,
-                                      title=f"{profile.meta.get('model') or Path(args.profile).stem}: "
-                                            f"tfsim and the coarse baselines ({args.mode} SGD)"), args.plot)
+    with Outputs() as outputs:
+        csv_out = outputs.file(args.csv, "--csv") if args.csv else None
+        json_out = outputs.file(args.json, "--json") if args.json else None
+        plot_out = outputs.file(args.plot, "--plot", binary=True) if args.plot else None
+        console.text_to_stderr = outputs.to_stdout
+
+        profile = load_profile(args.profile)
+        cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+        workers = parse_workers(args.workers)
+        measured = read_measured(args.measured, args.setting) if args.measured else None
+        if measured is not None:
+            check_measured_in_sweep(measured, workers, args.measured)
+        sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
+                           warmup=min(50, args.steps // 5), cores=args.cores)
+        console.release()
+
+        simulated = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        base = baselines(profile, cluster, workers, args.mode)
+        table = comparison_table(simulated, base, measured)
+        out = console.out
+        print(table.to_string(index=False, float_format=lambda x: f"{x:,.3f}"), file=out)
+        if measured is not None:
+            errors = {c[len("error_"):]: float(table[c].abs().mean()) for c in table.columns
+                      if c.startswith("error_")}
+            print("mean |error| against the measurements: " + ", ".join(
+                f"{m} {e * 100:.1f}%" for m, e in sorted(errors.items(), key=lambda kv: kv[1]) if not math.isnan(e)),
+                file=out)
+        if csv_out is not None:
+            with atomic_output(csv_out) as handle:
+                table.to_csv(handle, index=False, float_format="%.9g")
+        if json_out is not None:
+            rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+                    for row in table.to_dict(orient="records")]
+            write_json(json_out, {"format": "tfsim.comparison/1", "mode": args.mode, "rows": rows})
+        if plot_out is not None:
+            save_figure(throughput_figure(simulated, baselines=base, measured=measured,
+                                          title=f"{profile.meta.get('model') or Path(args.profile).stem}: "
+                                                f"tfsim and the coarse baselines ({args.mode} SGD)"), plot_out)
+        outputs.commit()
     return 0

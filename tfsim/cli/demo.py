@@ -22,6 +22,16 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from simulate.sweep import default_jobs
-    from tfsim.demo import run_demo
+    from tfbase.fileio import Outputs
+    from tfsim.cli.console import console
+    from tfsim.demo import plan_demo_files, run_demo
 
-    return run_demo(args.out, data=args.data, steps=args.steps, jobs=args.jobs or default_jobs())
+    closing: list[str] = []
+    with Outputs() as outputs:
+        directory = outputs.directory(args.out, "--out")
+        plan_demo_files(directory)
+        run_demo(directory, data=args.data, steps=args.steps, jobs=args.jobs or default_jobs(), say=console.say,
+                 ready=console.release, after_commit=closing)
+        outputs.commit()
+    print("\n".join(closing))
+    return 0

@@ -41,6 +41,16 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def jobs_count(text: str) -> int:
+    """argparse type: a number of worker processes, 1 to :data:`simulate.workers.MAX_JOBS`."""
+    from simulate.workers import MAX_JOBS
+
+    value = positive_int(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_JOBS}, not {value}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number above 0."""
     try:
@@ -80,11 +90,12 @@ def add_steps_options(p: argparse.ArgumentParser, *, steps: int) -> None:
 
 
 def add_seed_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed, 0 to 2^32-1 (default: 0)")
 
 
 def add_jobs_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=positive_int, help="parallel processes (default: the machine's cores)")
+    p.add_argument("--jobs", type=jobs_count, help="parallel processes, at most 256 (default: the machine's cores, "
+                                                   "at most 8)")
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:

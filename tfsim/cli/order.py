@@ -68,17 +68,23 @@ def _oracle_name(args) -> str | None:
 
 def run(args) -> int:
     """Handle ``tfsim order``: write the priority file, print E and S. Returns the exit status."""
+    from tfbase.errors import UsageError
+    from tfbase.fileio import Outputs
     from tfprofile import tictac
     from tfprofile.profile_io import load_profile
+    from tfsim.cli.console import console
 
-    profile = load_profile(args.profile)
-    if len(tictac.recv_ops(profile.graph)) == 0:
-        raise InputError(args.profile, "has no recv (DOWNLINK) ops: there is nothing to order")
-    ordering = tictac.compute_ordering(profile, args.policy, bandwidth_Bps=args.bandwidth, seed=args.seed)
-    try:
-        tictac.write_priorities(args.output, ordering)
-    except OSError as exc:
-        raise InputError(args.output, f"cannot write: {exc.strerror or exc}") from None
+    with Outputs() as outputs:
+        output = outputs.file(args.output, "-o")
+        if args.json and outputs.to_stdout:
+            raise UsageError("--json", "prints a JSON object on standard output, which -o - already writes to")
+        console.text_to_stderr = outputs.to_stdout
+        profile = load_profile(args.profile)
+        if len(tictac.recv_ops(profile.graph)) == 0:
+            raise InputError(args.profile, "has no recv (DOWNLINK) ops: there is nothing to order")
+        ordering = tictac.compute_ordering(profile, args.policy, bandwidth_Bps=args.bandwidth, seed=args.seed)
+        tictac.write_priorities(output, ordering)
+        outputs.commit()
     summary = tictac.profile_efficiency(profile).summary()
     servers = sorted({int(s) for s in ordering.server})
     report = {
@@ -96,7 +102,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(report, indent=2, allow_nan=False))
         return 0
-    print(_format_text(report, summary))
+    print(_format_text(report, summary), file=console.out)
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tfbase.errors import InputError, UsageError
+from tfbase.errors import UsageError
 from tfsim.cli.options import (
     add_cluster_options,
     add_mode_option,
@@ -20,7 +20,7 @@ def register(sub) -> None:
         "predict", help="simulate the job on W workers: throughput table and plot",
         description="Replay a 1-worker profile for W workers (and M parameter servers) with the trace-generation "
                     "simulation of ICPE Alg. 3.1 and report throughput (examples/s, summed over workers) with a "
-                    "95%% confidence interval, step times and link utilisation, one row per configuration.",
+                    "95% confidence interval, step times and link utilisation, one row per configuration.",
         epilog="Rates: 1gbit, 100mbit, 10Gbps (bits/s) or 125MB/s, 1.25e8 (bytes/s). Lists: --workers 1-16 or "
                "1,2,4,8; --transfer http2,fifo; --sharing ps,fcfs.",
     )
@@ -32,10 +32,13 @@ def register(sub) -> None:
     add_mode_option(p)
     p.add_argument("--sharing", default="ps", help="link sharing: ps, fcfs, hybrid, flow_cap (default: ps)")
     p.add_argument("--transfer", default=None,
-                   help="transfer scheduler(s): grpc (today's gRPC: whole streams in send-ready order, pausing "
-                        "where an HTTP/2 window runs out), http2 (ICPE's model of TF 1.13's gRPC), fifo, or the "
-                        "name of a --priorities file's order (default: the cluster's default_transfer, grpc for "
-                        "clusters calibrated from TF 2.x captures; http2 without a calibration)")
+                   help="transfer scheduler(s) and orders, comma-separated: grpc (today's gRPC: whole streams in "
+                        "send-ready order, pausing where an HTTP/2 window runs out), http2 (ICPE's model of TF "
+                        "1.13's gRPC), fifo (whole streams as they become ready), and transfer orders enforced with "
+                        "the priority scheduler: tic and tac (TicTac's), reverse (TIC reversed), random (five "
+                        "seeded permutations, random#0..random#4) or the NAME of a --priorities file (default: the "
+                        "cluster's default_transfer, grpc for clusters calibrated from TF 2.x captures; http2 "
+                        "without a calibration)")
     p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")
@@ -57,18 +60,19 @@ def register(sub) -> None:
 
 
 def _names(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+    return list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
 
 
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
-    from simulate.sweep import default_jobs, parse_workers, predict, traced_run
+    from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
     from tfbase.figures import save_figure
-    from tfbase.fileio import atomic_output, write_json
+    from tfbase.fileio import Outputs, atomic_output, write_json
     from tfbase.units import format_rate, parse_rate
     from tfprofile.profile_io import load_profile
+    from tfsim.cli.console import console
     from tfsim.plots import throughput_figure
     from tfsim.prediction import (
         format_ordering_summary,
@@ -78,55 +82,66 @@ def run(args) -> int:
         prediction_document,
     )
 
-    profile = load_profile(args.profile)
-    cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
-    if args.transfer is None:
-        args.transfer = cluster.default_transfer
-    transfers = expand_random(_names(args.transfer))
-    sharings = _names(args.sharing)
-    if not transfers or not sharings:
-        raise UsageError("--transfer", "give at least one transfer scheduler and sharing model")
-    priorities = read_priority_files(profile, args.priorities)
-    priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
-                                          bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
-    flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
-    frame = predict(
-        profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
-        transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup,
-        seed=args.seed, flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger,
-        jobs=args.jobs or default_jobs(), progress=not args.no_progress,
-    )
-    model = profile.meta.get("model") or Path(args.profile).stem
-    print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
-          f"uplink {format_rate(cluster.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
-          f"first {args.warmup} dropped; * = saturation point)")
-    print(format_table(frame))
-    extra = {}
-    if frame["policy"].nunique() > 1 and len(sharings) == 1:
-        summary = ordering_summary(frame)
-        print()
-        print(format_ordering_summary(summary))
-        extra = ordering_fields(summary)
-        if "random_spread" in extra:
-            print(extra["random_spread"])
-        print(extra["ordering_verdict"])
-    if args.json:
-        write_json(args.json, prediction_document(frame, profile_path=args.profile, cluster=cluster, extra=extra))
-    if args.csv:
-        with atomic_output(args.csv) as handle:
-            frame.to_csv(handle, index=False, float_format="%.9g")
-    if args.plot:
-        save_figure(throughput_figure(frame, title=f"{model} (batch {profile.batch_size}) on "
-                                                   f"{format_rate(cluster.downlink_Bps)} links"), args.plot)
-    if args.trace_out:
-        # A few steps of the largest (or the chosen) configuration, every chunk recorded.
-        run_ = traced_run(profile, cluster, workers=args.trace_workers or max(parse_workers(args.workers)),
-                          transfer=transfers[0], priorities=priorities, sharing=sharings[0], mode=args.mode,
-                          servers=args.servers, cores=args.cores, steps=args.trace_steps, seed=args.seed,
-                          flow_cap_Bps=flow_cap, stagger=args.stagger)
-        try:
-            write_chrome_trace(run_, args.trace_out)
-        except OSError as exc:
-            raise InputError(args.trace_out, f"cannot write: {exc.strerror or exc}") from None
-    return 0
+    with Outputs() as outputs:
+        # Every output is checked (and staged) before anything is read or simulated.
+        json_out = outputs.file(args.json, "--json") if args.json else None
+        csv_out = outputs.file(args.csv, "--csv") if args.csv else None
+        plot_out = outputs.file(args.plot, "--plot", binary=True) if args.plot else None
+        trace_out = outputs.file(args.trace_out, "--trace-out") if args.trace_out else None
+        console.text_to_stderr = outputs.to_stdout
 
+        profile = load_profile(args.profile)
+        cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+        if args.transfer is None:
+            args.transfer = cluster.default_transfer
+        transfers = expand_random(_names(args.transfer))
+        sharings = _names(args.sharing)
+        if not transfers or not sharings:
+            raise UsageError("--transfer" if not transfers else "--sharing",
+                             "give at least one transfer scheduler and sharing model")
+        priorities = read_priority_files(profile, args.priorities)
+        priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
+                                              bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
+        flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
+        sweep = plan_sweep(
+            profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
+            transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
+            flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger)
+        trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
+                             priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
+                             cores=args.cores, steps=args.trace_steps, seed=args.seed, flow_cap_Bps=flow_cap,
+                             stagger=args.stagger)
+        if trace_out is not None:
+            plan_traced_run(profile, cluster, **trace_options, workers_parameter="trace_workers",
+                            steps_parameter="trace_steps")
+        console.release()  # every input is checked: from here on, warnings and progress as they come
+
+        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        model = profile.meta.get("model") or Path(args.profile).stem
+        out = console.out
+        print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
+              f"uplink {format_rate(cluster.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
+              f"first {args.warmup} dropped; * = saturation point)", file=out)
+        print(format_table(frame), file=out)
+        extra = {}
+        if frame["policy"].nunique() > 1 and len(sharings) == 1:
+            summary = ordering_summary(frame)
+            print(file=out)
+            print(format_ordering_summary(summary), file=out)
+            extra = ordering_fields(summary)
+            if "random_spread" in extra:
+                print(extra["random_spread"], file=out)
+            print(extra["ordering_verdict"], file=out)
+        if json_out is not None:
+            write_json(json_out, prediction_document(frame, profile_path=args.profile, cluster=cluster, extra=extra))
+        if csv_out is not None:
+            with atomic_output(csv_out) as handle:
+                frame.to_csv(handle, index=False, float_format="%.9g")
+        if plot_out is not None:
+            save_figure(throughput_figure(frame, title=f"{model} (batch {profile.batch_size}) on "
+                                                       f"{format_rate(cluster.downlink_Bps)} links"), plot_out)
+        if trace_out is not None:
+            # A few steps of the largest (or the chosen) configuration, every chunk recorded.
+            write_chrome_trace(traced_run(profile, cluster, **trace_options), trace_out)
+        outputs.commit()
+    return 0

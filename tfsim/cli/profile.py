@@ -28,19 +28,25 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from tfbase.fileio import Outputs
     from tfprofile import api
     from tfprofile.summary import format_summary, summarize
 
     if args.summary:
         if len(args.inputs) != 1:
             raise InputError("--summary", "takes exactly one PROFILE")
+        if args.output is not None:
+            raise InputError("-o", "writes a profile; --summary reads one: give one of them")
         summary = summarize(api.load_profile(args.inputs[0]))
         print(json.dumps(summary, indent=2) if args.json else format_summary(summary))
         return 0
     if args.output is None:
         raise InputError("-o", "give the profile file to write (-o PROFILE), or --summary to read one")
-    profile = api.read_profile(args.inputs, batch_size=args.batch, variables=args.variables)
-    api.save_profile(profile, args.output)
+    with Outputs() as outputs:
+        output = outputs.file(args.output, "-o", binary=True)
+        profile = api.read_profile(args.inputs, batch_size=args.batch, variables=args.variables)
+        api.save_profile(profile, output)
+        outputs.commit()
     print(format_summary(summarize(profile)), file=sys.stderr)
     print(args.output)
     return 0

@@ -20,7 +20,7 @@ def register(sub) -> None:
         "report", help="one self-contained HTML page: how many workers, and is an enforced order worth it",
         description="Write DIR/report.html, one page that works offline: the cluster's calibration and its fit, "
                     "the job (ops, bytes, critical path, TicTac's E and S), predicted throughput against W with its "
-                    "95%% band, the saturation point, the coarse baselines and the measurements when given, the "
+                    "95% band, the saturation point, the coarse baselines and the measurements when given, the "
                     "transfer-order what-if (tic, tac, fifo, random, against the cluster's default transfer model), "
                     "Gantt pictures of simulated steps with "
                     "1 and with W workers, and a plain-language recommendation. Beside it: report.json, "
@@ -49,14 +49,21 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from simulate.sweep import default_jobs
-    from tfsim.report import ReportRequest, make_report, say_on_stderr
+    from tfbase.fileio import Outputs
+    from tfsim.cli.console import console
+    from tfsim.report import ReportRequest, make_report
+    from tfsim.report.outputs import plan_report_files
 
     request = ReportRequest(
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
         steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, jobs=args.jobs or default_jobs(), progress=not args.no_progress)
-    say = (lambda message: None) if args.no_progress else say_on_stderr
-    _, page = make_report(request, args.out, say)
+    say = (lambda message: None) if args.no_progress else console.say
+    with Outputs() as outputs:
+        directory = outputs.directory(args.out, "--out")
+        plan_report_files(directory)
+        _, page = make_report(request, directory, say, ready=console.release)
+        outputs.commit()
     print(page)
     return 0

@@ -29,6 +29,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 
 from tfbase.errors import TfsimError, UsageError
+from tfbase.signals import stop_on_signals
 
 PREFIX = "tfsimlab"
 SUBNET = "10.231.0"
@@ -197,14 +198,8 @@ class EmulatedCluster:
 
 @contextlib.contextmanager
 def terminate_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into KeyboardInterrupt while the lab runs, so that every
-    ``with`` block unwinds and the namespaces are torn down."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
+    """Stop on SIGINT, SIGTERM and SIGHUP while the lab runs (KeyboardInterrupt or
+    :class:`~tfbase.errors.Terminated`), so that every ``with`` block unwinds and the
+    namespaces are torn down, also when the lab is used outside the command line."""
+    with stop_on_signals():
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

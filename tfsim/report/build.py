@@ -12,17 +12,19 @@ traced runs of the reference.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baselines
+from simulate.config import MAX_TRACE_CHUNKS
 from simulate.orderings import expand_random, order_gains, ordering_priorities
-from simulate.sweep import parse_workers, predict, traced_run
-from tfbase.errors import InputError, UsageError
+from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, trace_chunks, traced_run
+from tfbase.errors import InputError, TfsimWarning
 from tfbase.units import parse_rate
 from tfprofile.profile_io import load_profile
-from tfsim.comparison import comparison_table, read_measured
+from tfsim.comparison import check_measured_in_sweep, comparison_table, read_measured
 from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
@@ -121,30 +123,66 @@ def report_transfers(reference: str) -> list[str]:
     return [reference] + [name for name in REPORT_ORDERS if name != reference]
 
 
-def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None) -> Report:
-    """Read the inputs, run the sweep, the baselines and the traced runs; nothing is written."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReportPlan:
+    """A report's inputs, read and checked: what :func:`build_report` computes from."""
 
-    say(f"[1/4] reading {request.profile_path}"
-        + (f" and {request.cluster_path}" if request.cluster_path else ""))
+    request: ReportRequest
+    profile: object
+    cluster: object
+    measured: object | None
+    workers: list[int]
+    reference: str
+    transfers: list[str]
+    priorities: dict
+    sweep: object  # simulate.sweep.Sweep
+    gantt_limit: int  # the most workers a Gantt trace of this profile may hold
+
+
+def plan_report(request: ReportRequest) -> ReportPlan:
+    """Read and check every input of a report; nothing is simulated or written.
+
+    Raises :class:`~tfbase.errors.InputError` for a bad file and
+    :class:`~tfbase.errors.UsageError` for a bad parameter, each naming it.
+    """
     profile = load_profile(request.profile_path)
     cluster = resolve_cluster(request.cluster_path,
                               parse_rate(request.bandwidth, "bandwidth") if request.bandwidth else None)
     if request.plots_dir is not None and not request.plots_dir.is_dir():
         raise InputError(request.plots_dir, "no such directory (give the DIR of tfsim calibrate --plots DIR)")
-    measured = read_measured(request.measured_path, request.setting) if request.measured_path else None
     workers = parse_workers(request.workers)
-    if request.warmup >= request.steps:
-        raise UsageError("warmup", f"must be below steps ({request.steps}), not {request.warmup}")
-    job = job_facts(profile)
-
+    measured = read_measured(request.measured_path, request.setting) if request.measured_path else None
+    if measured is not None:
+        check_measured_in_sweep(measured, workers, request.measured_path)
     reference = cluster.default_transfer
     transfers = expand_random(report_transfers(reference))
+    priorities = ordering_priorities(profile, transfers, bandwidth_Bps=cluster.downlink_Bps, seed=request.seed)
+    sweep = plan_sweep(profile, cluster, workers=workers, mode=request.mode, transfer=transfers,
+                       priorities=priorities, steps=request.steps, warmup=request.warmup, seed=request.seed,
+                       cores=request.cores)
+    for w in {1, 2, request.gantt_workers or 1}:  # the pictures that must fit; a larger default is capped later
+        plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
+                        cores=request.cores, steps=GANTT_STEPS, seed=request.seed, workers_parameter="gantt_workers")
+    limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
+    return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit)
+
+
+def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None,
+                 ready: Callable[[], None] = lambda: None) -> Report:
+    """Read and check the inputs (then call ``ready``), run the sweep, the baselines and the
+    traced runs; nothing is written."""
+
+    say(f"[1/4] reading {request.profile_path}"
+        + (f" and {request.cluster_path}" if request.cluster_path else ""))
+    plan = plan_report(request)
+    ready()
+    profile, cluster, measured, workers, reference = (plan.profile, plan.cluster, plan.measured, plan.workers,
+                                                      plan.reference)
+    job = job_facts(profile)
+
     say(f"[2/4] predicting W = {request.workers} with {', '.join(report_transfers(reference))} "
         f"({request.steps} steps per worker)")
-    priorities = ordering_priorities(profile, transfers, bandwidth_Bps=cluster.downlink_Bps, seed=request.seed)
-    frame = predict(profile, cluster, workers=workers, mode=request.mode, transfer=transfers, priorities=priorities,
-                    steps=request.steps, warmup=request.warmup, seed=request.seed, cores=request.cores,
-                    jobs=request.jobs, progress=request.progress)
+    frame = plan.sweep.run(jobs=request.jobs, progress=request.progress)
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
                                    extra=ordering_fields(ordering_summary(frame)))
 
@@ -156,6 +194,11 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
 
     saturation = int(reference_rows[reference_rows["saturated"]]["workers"].iloc[0])
     many = gantt_worker_count(request, workers, saturation)
+    if many > plan.gantt_limit:
+        warnings.warn(TfsimWarning("gantt_workers", f"the Gantt picture of W = {many} would record more than "
+                                                    f"{MAX_TRACE_CHUNKS:,} chunks: it shows W = {plan.gantt_limit}"),
+                      stacklevel=2)
+        many = plan.gantt_limit
     say(f"[4/4] tracing {GANTT_STEPS} simulated steps with 1 and with {many} workers")
     gantts = [gantt_from_run(traced_run(profile, cluster, workers=w, transfer=reference, priorities={},
                                         mode=request.mode, cores=request.cores, steps=GANTT_STEPS,

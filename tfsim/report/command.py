@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from tfsim.report.advice import headline, recommendation
 from tfsim.report.build import ReportRequest, build_report
@@ -17,11 +16,13 @@ def say_on_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def make_report(request: ReportRequest, out_dir: Path, say=say_on_stderr):
-    """Compute the report for ``request`` and write it to ``out_dir``; return (report, page path)."""
-    report = build_report(request, say)
+def make_report(request: ReportRequest, out_dir, say=say_on_stderr, ready=lambda: None):
+    """Compute the report for ``request`` and write it to ``out_dir`` (a path, or a planned
+    :class:`~tfbase.fileio.OutputDirectory` whose run commits it); ``ready()`` is called once
+    the inputs are checked. Returns (report, page path)."""
+    report = build_report(request, say, ready)
     say("drawing the page")
     numbers = headline(report)
     advice = recommendation(report, numbers)
     page = render_page(report, report_figures(report), numbers, advice)
-    return report, write_report(Path(out_dir), report, page, report_document(report, numbers, advice))
+    return report, write_report(out_dir, report, page, report_document(report, numbers, advice))

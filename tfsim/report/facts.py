@@ -22,7 +22,12 @@ PLOT_CAPTIONS = {
 
 
 def _finite(value):
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return value if math.isfinite(value) else None
+    except OverflowError:  # an integer beyond the range of a float
+        return None
 
 
 def cluster_facts(cluster, cluster_path: Path | None, bandwidth_text: str | None) -> dict:
@@ -40,19 +45,69 @@ def cluster_facts(cluster, cluster_path: Path | None, bandwidth_text: str | None
     }
     if cluster_path is None:
         return facts
-    # load_cluster has checked the file already; the fit quality lives only in the JSON.
+    # load_cluster has checked what the model reads; the fit quality lives only in the JSON, where
+    # nothing checked it: each key is shown only in the shape docs/formats.md §4 gives it.
     document = json.loads(Path(cluster_path).read_text(encoding="utf-8"))
-    facts["calibrated_bandwidth_Bps"] = document.get("bandwidth_Bps")
-    facts["bandwidth_spread_Bps"] = document.get("bandwidth_spread_Bps")
-    facts["win_bytes_by_direction"] = document.get("win_bytes_by_direction")
+    facts["calibrated_bandwidth_Bps"] = _per_direction(document.get("bandwidth_Bps"), _finite)
+    facts["bandwidth_spread_Bps"] = _per_direction(document.get("bandwidth_spread_Bps"), _spread)
+    facts["win_bytes_by_direction"] = _per_direction(document.get("win_bytes_by_direction"), _finite)
+    overhead = document.get("overhead") if isinstance(document.get("overhead"), dict) else {}
     for direction in DIRECTIONS:
-        fit = (document.get("overhead") or {}).get(direction) or {}
-        facts["overhead"][direction].update({k: fit.get(k) for k in ("r2", "n", "residual_median_abs_s", "method")
-                                             if k in fit})
-    facts["transfer_model_error"] = document.get("transfer_model_error") or {}
-    facts["default_transfer"] = document.get("default_transfer")
-    facts["provenance"] = document.get("provenance") or {}
+        fit = overhead.get(direction) if isinstance(overhead.get(direction), dict) else {}
+        shown = {"r2": _finite(fit.get("r2")), "n": _count(fit.get("n")),
+                 "residual_median_abs_s": _finite(fit.get("residual_median_abs_s")), "method": _text(fit.get("method"))}
+        facts["overhead"][direction].update({k: v for k, v in shown.items() if k in fit and v is not None})
+    facts["transfer_model_error"] = _model_errors(document.get("transfer_model_error"))
+    facts["default_transfer"] = document.get("default_transfer")  # checked by the reader when present
+    provenance = document.get("provenance") if isinstance(document.get("provenance"), dict) else {}
+    facts["provenance"] = {k: v for k, v in {
+        "run_dir": _text(provenance.get("run_dir"), 300), "tensorflow": _text(provenance.get("tensorflow")),
+        "error_definition": _text(provenance.get("error_definition"), 300),
+        "streams_matched": _count(provenance.get("streams_matched")),
+        "capture_notes": [_text(n, 300) for n in provenance["capture_notes"][:20] if _text(n, 300) is not None]
+        if isinstance(provenance.get("capture_notes"), list) else None}.items() if v is not None}
     return facts
+
+
+def _count(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53 else None
+
+
+def _text(value, limit: int = 80):
+    return value[:limit] if isinstance(value, str) else None
+
+
+def _per_direction(value, check) -> dict | None:
+    if not isinstance(value, dict):
+        return None
+    shown = {d: check(value.get(d)) for d in DIRECTIONS}
+    return shown if any(v is not None for v in shown.values()) else None
+
+
+def _spread(value) -> dict | None:
+    if not isinstance(value, dict) or _finite(value.get("min")) is None or _finite(value.get("max")) is None:
+        return None
+    return {"min": value["min"], "max": value["max"], "runs": _count(value.get("runs"))}
+
+
+def _model_errors(value) -> dict:
+    """``transfer_model_error``: per model, per direction, the error statistics that are numbers."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for model, per in list(value.items())[:10]:
+        if not isinstance(per, dict):
+            continue
+        rows = {}
+        for direction in (*DIRECTIONS, "all"):
+            stats = per.get(direction)
+            if isinstance(stats, dict):
+                rows[direction] = {k: v for k, v in {**{key: _finite(stats.get(key)) for key in
+                                                        ("mean", "median", "p95", "max")},
+                                                     "n": _count(stats.get("n"))}.items() if v is not None}
+        if rows:
+            out[str(model)[:40]] = rows
+    return out
 
 
 def calibration_plots(cluster_path: Path | None, plots_dir: Path | None) -> list[tuple[str, Path]]:

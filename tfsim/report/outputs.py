@@ -1,8 +1,8 @@
 """Write the report: the page and, beside it, its numbers as JSON and CSV.
 
-Everything is computed before the first file is written, each file is written atomically,
-and ``report.html`` comes last: a failed run leaves no page, and a page always has its
-numbers beside it.
+The files are planned before anything is computed (:func:`plan_report_files`), staged as the
+run goes, and committed together at its end, ``report.html`` last: a failed or interrupted
+run leaves none of them, and a page always has its numbers beside it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from tfbase.errors import InputError
-from tfbase.fileio import atomic_output, write_json, write_text
+from tfbase.fileio import OutputDirectory, Outputs, atomic_output, write_json, write_text
 from tfsim import __version__
 
 REPORT_FORMAT = "tfsim.report/1"
@@ -49,22 +48,36 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
     }
 
 
-def _write_csv(path: Path, frame) -> None:
+REPORT_FILES = ("report.json", "prediction.json", "prediction.csv", "comparison.csv", "baselines.csv",
+                "orderings.csv", "report.html")  # in the order they are committed: the page last
+
+
+def plan_report_files(directory: OutputDirectory) -> None:
+    """Plan the report's files in ``directory`` (checked and staged before any work)."""
+    for name in REPORT_FILES:
+        directory.file(name)
+
+
+def _write_csv(path, frame) -> None:
     with atomic_output(path) as handle:
         frame.to_csv(handle, index=False, float_format="%.9g")
 
 
-def write_report(out_dir: Path, report, page: str, document: dict) -> Path:
-    """Write the files into ``out_dir`` (created if needed); return the page's path."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_json(out_dir / "report.json", document)
-        write_json(out_dir / "prediction.json", report.prediction)
-        _write_csv(out_dir / "prediction.csv", report.frame)
-        _write_csv(out_dir / "comparison.csv", report.comparison)
-        _write_csv(out_dir / "baselines.csv", report.baselines)
-        _write_csv(out_dir / "orderings.csv", report.orderings)
-        write_text(out_dir / "report.html", page)
-    except OSError as exc:
-        raise InputError(out_dir, f"cannot write the report: {exc.strerror or exc}") from None
-    return out_dir / "report.html"
+def write_report(out_dir: Path | OutputDirectory, report, page: str, document: dict) -> Path:
+    """Write the files into ``out_dir``, a planned :class:`~tfbase.fileio.OutputDirectory` (its
+    run commits them) or a path (created if needed; committed here); return the page's path."""
+    if not isinstance(out_dir, OutputDirectory):
+        with Outputs() as outputs:
+            directory = outputs.directory(out_dir, "report directory")
+            plan_report_files(directory)
+            path = write_report(directory, report, page, document)
+            outputs.commit()
+        return path
+    write_json(out_dir / "report.json", document)
+    write_json(out_dir / "prediction.json", report.prediction)
+    _write_csv(out_dir / "prediction.csv", report.frame)
+    _write_csv(out_dir / "comparison.csv", report.comparison)
+    _write_csv(out_dir / "baselines.csv", report.baselines)
+    _write_csv(out_dir / "orderings.csv", report.orderings)
+    write_text(out_dir / "report.html", page)
+    return out_dir.path / "report.html"

@@ -1,0 +1,201 @@
+"""SIGINT and SIGTERM at random (seeded) points of predict, report, calibrate and demo.
+
+Each command runs as a child process of this worktree's code, writing into a directory whose
+output paths hold a symbolic link (to a file outside, with old content), a FIFO (with a reader)
+and an existing file. A signal is sent after a seeded delay: SIGINT to the whole process group,
+as a terminal's Ctrl-C does, or SIGTERM to the command alone, as ``kill`` and ``timeout`` do.
+Then:
+
+- the exit status is 130 (SIGINT) or 143 (SIGTERM), or 0 when the command had finished;
+- no process the command started is left (its descendants are watched while it runs);
+- no staged file (``.*.tmp``) is left, and the outputs are all old or all new: the symbolic
+  link is still a link to the same file, the FIFO still a FIFO, and what they hold is either
+  untouched or the complete new output;
+- stderr has no traceback.
+
+Timing is measured and reported, never asserted (the machine is shared); a command that does
+not stop within a minute fails the test as a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+SEED = 21
+POINTS = 3  # random signal times per command and signal
+OLD = "old content\n"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class FifoReader:
+    """Drains a FIFO in a thread; :meth:`finish` unblocks it when nobody ever wrote."""
+
+    def __init__(self, path: Path):
+        self.path, self.data = path, None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        with open(self.path, "rb") as handle:
+            self.data = handle.read()
+
+    def finish(self) -> bytes:
+        if self.thread.is_alive():  # no writer came: open one ourselves so that the reader returns
+            fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        self.thread.join(timeout=10)
+        return self.data or b""
+
+
+def setup_outputs(tmp: Path, command: str) -> dict:
+    """The command line and the output paths of ``command`` in ``tmp``, with a symlink, a FIFO and an
+    existing file among them. Returns {"argv", "link", "link_target", "fifo", "file", "fresh"}."""
+    out = tmp / "out"
+    outside = tmp / "outside"
+    outside.mkdir()
+    target = outside / "target"
+    target.write_text(OLD)
+
+    def link(path: Path) -> Path:
+        path.symlink_to(target)
+        return path
+
+    def existing(path: Path) -> Path:
+        path.write_text(OLD)
+        return path
+
+    if command == "predict":
+        out.mkdir()
+        paths = {"link": link(out / "p.json"), "fifo": out / "p.csv", "file": existing(out / "p.png"),
+                 "fresh": out / "t.json"}
+        argv = ["predict", DATA / "profiles" / "resnet50.npz", "--cluster", DATA / "clusters" / "lab-1gbit.json",
+                "--workers", "1-4", "--steps", "200", "--json", paths["link"], "--csv", paths["fifo"],
+                "--plot", paths["file"], "--trace-out", paths["fresh"]]
+    elif command == "report":
+        out.mkdir()
+        paths = {"link": link(out / "report.json"), "fifo": out / "prediction.csv",
+                 "file": existing(out / "report.html"), "fresh": out / "orderings.csv"}
+        argv = ["report", DATA / "profiles" / "alexnet.npz", "--cluster", DATA / "clusters" / "lab-1gbit.json",
+                "--workers", "1-4", "--steps", "100", "--warmup", "10", "--out", out]
+    elif command == "calibrate":
+        (out / "plots").mkdir(parents=True)
+        paths = {"link": link(out / "c.json"), "fifo": out / "plots" / "streams.png",
+                 "file": existing(out / "plots" / "overhead.png"), "fresh": None}
+        argv = ["calibrate", DATA / "captures" / "tiny_lo", "-o", paths["link"], "--plots", out / "plots"]
+    else:
+        out.mkdir()
+        paths = {"link": link(out / "demo.json"), "fifo": out / "findings.txt",
+                 "file": existing(out / "report.html"), "fresh": out / "throughput.png"}
+        argv = ["demo", "--out", out, "--steps", "60"]
+    os.mkfifo(paths["fifo"])
+    return {"argv": [str(a) for a in argv], "link_target": target, **paths}
+
+
+def check_after(tmp: Path, setup: dict, fifo_data: bytes, code: int) -> str:
+    """The invariants after the command ended; returns "old" or "new" (which outputs it left)."""
+    assert not list(tmp.rglob(".*.tmp")), list(tmp.rglob(".*.tmp"))
+    link, target = setup["link"], setup["link_target"]
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert setup["fifo"].is_fifo()
+    link_new = target.read_text() != OLD
+    states = {"link": link_new, "fifo": bool(fifo_data), "file": setup["file"].read_bytes() != OLD.encode()}
+    if setup["fresh"] is not None:
+        states["fresh"] = setup["fresh"].exists()
+    assert len(set(states.values())) == 1, f"some outputs new, some not: {states}"
+    if code == 0:
+        assert link_new, "a command that succeeded left its outputs old"
+    return "new" if link_new else "old"
+
+
+CASES = [(command, sig) for command in ("predict", "report", "calibrate", "demo")
+         for sig in ("SIGINT", "SIGTERM")]
+DELAYS = {"predict": 2.0, "report": 2.0, "calibrate": 1.5, "demo": 4.0}  # most of a run here
+
+
+@pytest.mark.parametrize("command, sig", CASES)
+def test_a_signal_at_a_random_point(tmp_path, command, sig):
+    rng = random.Random(f"{SEED}/{command}/{sig}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    for point in range(POINTS):
+        tmp = tmp_path / f"point{point}"
+        tmp.mkdir()
+        setup = setup_outputs(tmp, command)
+        reader = FifoReader(setup["fifo"])
+        delay = rng.uniform(0.6, DELAYS[command])
+        proc = subprocess.Popen([sys.executable, "-m", "tfsim", *setup["argv"]], cwd=tmp, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        seen: set[int] = set()
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen |= descendants(proc.pid)
+            time.sleep(0.02)
+        sent = time.monotonic()
+        if proc.poll() is None:
+            if sig == "SIGINT":
+                os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+            else:
+                proc.send_signal(signal.SIGTERM)  # kill, timeout: the command alone
+        try:
+            while proc.poll() is None:
+                seen |= descendants(proc.pid)
+                if time.monotonic() - sent > 60:
+                    raise AssertionError(f"{command} did not stop within 60 s of {sig}")
+                time.sleep(0.01)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            err = proc.stderr.read()
+            proc.wait()
+        took = time.monotonic() - sent
+        code = proc.returncode
+        expected = 130 if sig == "SIGINT" else 143
+        assert code in (0, expected), (code, err[-2000:])
+        assert "Traceback" not in err, err[-2000:]
+        if code == expected:
+            assert err.strip().splitlines()[-1] == ("tfsim: interrupted" if sig == "SIGINT"
+                                                    else "tfsim: terminated by SIGTERM")
+        time.sleep(0.05)
+        left = {pid for pid in seen if alive(pid)}
+        assert not left, f"processes outlived {command}: {left}"
+        state = check_after(tmp, setup, reader.finish(), code)
+        print(f"{command} {sig} after {delay:.2f} s: exit {code} {took:.3f} s after the signal, outputs {state}, "
+              f"{len(seen)} child processes seen")

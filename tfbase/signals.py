@@ -1,0 +1,109 @@
+"""Stopping at once, and cleanly, on SIGINT, SIGTERM and SIGHUP.
+
+- :func:`stop_on_signals` (the CLI runs every command inside it): SIGINT raises
+  ``KeyboardInterrupt`` and SIGTERM or SIGHUP :class:`~tfbase.errors.Terminated` in the main
+  thread, wherever Python code is running, so that every ``with`` block and ``finally``
+  unwinds: child processes are killed, staged outputs removed. The first signal also makes
+  the handler ignore further ones, so that a second Ctrl-C cannot cut that cleanup short
+  (it takes milliseconds). A signal that the process inherited as ignored (``nohup``, a
+  background job of a non-interactive shell) stays ignored.
+- :func:`deferred_signals`: a signal that arrives inside is acted on at its end, so that the
+  renames committing a run's outputs are never cut in the middle.
+- :func:`child_process_setup`: what a worker process does first: it ignores SIGINT (the
+  parent decides when it stops, and kills it), takes SIGTERM's default action, and dies
+  with its parent (``PR_SET_PDEATHSIG``), so that no worker outlives a parent killed outright.
+
+Compiled code (the simulation's event loop) does not run Python's signal handlers until it
+returns, so it runs only in child processes (:mod:`simulate.workers`); the process that
+handles the signals only waits for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+from tfbase.errors import Terminated
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_PR_SET_PDEATHSIG = 1
+
+_state = {"stopping": False, "deferring": 0, "pending": None}
+
+
+def _raise_for(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def _handler(signum, frame) -> None:
+    if _state["stopping"]:
+        return  # already unwinding: let the cleanup finish
+    if _state["deferring"]:
+        _state["pending"] = _state["pending"] or signum
+        return
+    _state["stopping"] = True
+    _raise_for(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals(*, then_ignore: bool = False) -> Iterator[None]:
+    """Turn SIGINT into KeyboardInterrupt and SIGTERM/SIGHUP into Terminated while inside
+    (main thread only; elsewhere this does nothing). Restores the previous handlers after, or,
+    with ``then_ignore`` (a process about to exit), ignores the signals from then on."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in STOP_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is signal.SIG_IGN:
+            continue  # ignored on purpose by whoever started us (nohup, a background job)
+        previous[sig] = signal.signal(sig, _handler)
+    saved = dict(_state)
+    _state.update(stopping=False, deferring=0, pending=None)
+    try:
+        yield
+    finally:
+        _state["stopping"] = True  # leaving: a signal from here on is not raised
+        for sig, old in previous.items():
+            signal.signal(sig, signal.SIG_IGN if then_ignore else old)
+        _state.update(saved)
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold a stop signal that arrives inside until the block ends, then act on it."""
+    _state["deferring"] += 1
+    try:
+        yield
+    finally:
+        _state["deferring"] -= 1
+        pending = _state["pending"]
+        if not _state["deferring"] and pending is not None:
+            _state["pending"] = None
+            if not _state["stopping"]:
+                _state["stopping"] = True
+                _raise_for(pending)
+
+
+def stopping() -> bool:
+    """Whether a stop signal has been received (the process is unwinding)."""
+    return bool(_state["stopping"])
+
+
+def child_process_setup(parent_pid: int) -> None:
+    """In a freshly forked worker: ignore SIGINT, default SIGTERM/SIGHUP, die with the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    _state.update(stopping=False, deferring=0, pending=None)
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the line above took effect
+        os._exit(1)
