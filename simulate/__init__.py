@@ -27,6 +27,8 @@ _PUBLIC = {
     "resolve_cluster": "simulate.cluster_file",
     "save_cluster": "simulate.cluster_file",
     "SimConfig": "simulate.config",
+    "Colocation": "simulate.config",
+    "TaskHosts": "simulate.config",
     "Mode": "simulate.config",
     "Sharing": "simulate.config",
     "Transfer": "simulate.config",

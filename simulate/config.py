@@ -103,6 +103,73 @@ class Colocation:
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskHosts:
+    """Every task on a host of its own (docs/model.md §4.3): each worker with ``worker_cores``,
+    each parameter server with ``ps_cores`` (None: as many as its busy ops need).
+
+    Callable with (workers, servers), so that one value fits every W and M of a sweep; pass
+    it as ``colocation``. A PS host is shared by the PS ops of every worker, which is what
+    limits a parameter server's computation as W grows.
+
+    Examples
+    --------
+    >>> TaskHosts(worker_cores=1, ps_cores=2)(2, 1)
+    Colocation(worker_host=(0, 1), server_host=(2,), cores=(1.0, 1.0, 2.0))
+    """
+
+    worker_cores: float | None = None
+    ps_cores: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("worker_cores", "ps_cores"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not MIN_CORES <= value <= MAX_CORES:
+                raise UsageError(name, f"must be between {MIN_CORES:g} and {MAX_CORES:,.0f} cores, not {value!r}")
+        if self.worker_cores is None and self.ps_cores is None:
+            raise UsageError("ps_cores", "give the cores of a PS host, of a worker host, or both")
+
+    def __call__(self, workers: int, servers: int) -> Colocation:
+        # A host without a limit gets as many cores as it could ever keep busy: one per op lane.
+        unlimited = MAX_CORES
+        worker = float(self.worker_cores) if self.worker_cores is not None else unlimited
+        server = float(self.ps_cores) if self.ps_cores is not None else unlimited
+        return Colocation(tuple(range(workers)), tuple(range(workers, workers + servers)),
+                          (worker,) * workers + (server,) * servers)
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedHost:
+    """Every task on one host with ``cores`` cores; callable so that it fits any W and M
+    (what ``cores`` means in :func:`simulate.predict`)."""
+
+    cores: float
+
+    def __call__(self, workers: int, servers: int) -> Colocation:
+        return Colocation.single_host(workers, servers, self.cores)
+
+    def __post_init__(self) -> None:
+        cores = self.cores
+        if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores):
+            raise UsageError("cores", f"must be a number, not {cores!r}")
+        Colocation.single_host(1, 1, float(cores))  # the range check
+
+
+def host_model(colocation=None, cores: float | None = None):
+    """The hosts a sweep simulates: ``colocation`` (a Colocation, or a callable of (workers,
+    servers) such as :class:`~simulate.config.TaskHosts`), or every task on one host with
+    ``cores`` cores, or None (no limit). Both at once is a usage error."""
+    if colocation is not None and cores is not None:
+        raise UsageError("cores", "give either one shared host's cores or the tasks' hosts (colocation), not both")
+    if cores is not None:
+        return SharedHost(cores)
+    if colocation is not None and not (isinstance(colocation, Colocation) or callable(colocation)):
+        raise UsageError("colocation", f"must be a Colocation or TaskHosts, not {type(colocation).__name__}")
+    return colocation
+
+
+@dataclasses.dataclass(frozen=True)
 class SimConfig:
     """Settings of one simulation run.
 

@@ -29,6 +29,7 @@ from simulate.config import (
     Sharing,
     SimConfig,
     Transfer,
+    host_model,
     max_sweep_op_events,
     parse_enum,
 )
@@ -156,8 +157,8 @@ def check_traced_run(profile: Profile, workers: int, steps: int, *, workers_para
 
 def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                     sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
-                    steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0,
-                    workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
+                    colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
+                    stagger: float = 1.0, workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
     """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
     that set W and the steps; the arguments of :func:`simulate_one` that run it."""
     check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
@@ -168,7 +169,7 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
         sharing_ = Sharing.PS
     scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
                         priorities.get(transfer))
-    colocation = _single_host(cores) if cores else None
+    colocation = host_model(colocation, cores)
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
                "stagger": stagger, "max_steps": steps}
     _check_scenario(profile, cluster, scenario, options)
@@ -180,7 +181,8 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
 
 def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
-               steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None, stagger: float = 1.0) -> SimRun:
+               colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
+               stagger: float = 1.0) -> SimRun:
     """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
     :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
 
@@ -191,7 +193,8 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
     (:func:`simulate.workers.run_in_child`).
     """
     arguments = plan_traced_run(profile, cluster, workers=workers, transfer=transfer, priorities=priorities,
-                                sharing=sharing, mode=mode, servers=servers, cores=cores, steps=steps, seed=seed,
+                                sharing=sharing, mode=mode, servers=servers, cores=cores, colocation=colocation,
+                                steps=steps, seed=seed,
                                 flow_cap_Bps=flow_cap_Bps, stagger=stagger)
     return run_in_child(_traced, arguments)
 
@@ -479,9 +482,7 @@ def plan_sweep(
                     scenarios.append(Scenario(w, server_count, mode_, share_, tr_, name, prio))
     if not scenarios:
         raise UsageError("transfer", "give at least one transfer scheduler and sharing model")
-    col = colocation
-    if col is None and cores is not None:
-        col = _single_host(cores)
+    col = host_model(colocation, cores)
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger)}
     checked = set()
@@ -556,8 +557,11 @@ def predict(
         profiled steps.
     flow_cap_Bps : float, optional
         The per-flow cap of ``sharing="flow_cap"``, bytes/s.
-    colocation : Colocation, optional
-        Tasks sharing hosts' cores; ``cores`` is the common case of one host.
+    colocation : Colocation or TaskHosts, optional
+        Where tasks run and with how many cores (docs/model.md §4.3): a
+        :class:`~simulate.config.Colocation`, or :class:`~simulate.config.TaskHosts` (every
+        task on a host of its own, e.g. ``TaskHosts(worker_cores=1, ps_cores=1)``); ``cores``
+        is the common case of one shared host. Default: computation is never short of cores.
     cores : float, optional
         Every task on one host with this many cores (docs/model.md §4.3).
     ci_target : float, optional
@@ -601,22 +605,6 @@ def predict(
                       transfer=transfer, priorities=priorities, bandwidth_Bps=bandwidth_Bps, steps=steps,
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger).run(jobs=jobs, progress=progress)
-
-
-@dataclasses.dataclass(frozen=True)
-class _single_host:
-    """Every task on one host with ``cores`` cores; callable so that it fits any W and M."""
-
-    cores: float
-
-    def __call__(self, workers: int, servers: int) -> Colocation:
-        return Colocation.single_host(workers, servers, self.cores)
-
-    def __post_init__(self) -> None:
-        cores = self.cores
-        if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not math.isfinite(cores):
-            raise UsageError("cores", f"must be a number, not {cores!r}")
-        Colocation.single_host(1, 1, float(cores))  # the range check
 
 
 def default_jobs() -> int:

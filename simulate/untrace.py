@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from simulate.cluster import ClusterModel
-from simulate.config import SimConfig, Transfer
+from simulate.config import SimConfig, Transfer, host_model
 from tfprofile.dag import Profile, Resource
 
 MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
@@ -34,13 +34,17 @@ def scale_computation(profile: Profile, factor: float) -> Profile:
 
 
 def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfer, steps: int = 80,
-                      warmup: int | None = None) -> float:
+                      warmup: int | None = None, *, colocation=None, cores: float | None = None) -> float:
     """The model's median step time with one worker, over ``steps`` steps after ``warmup``
-    (default: a quarter of them, at most 10)."""
+    (default: a quarter of them, at most 10), on the hosts ``colocation``/``cores`` describe
+    (as :func:`simulate.predict` takes them; default: no limit on cores)."""
     from simulate.workers import run_in_child
 
     warmup = min(10, steps // 4) if warmup is None else warmup
-    config = SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup)
+    hosts = host_model(colocation, cores)
+    if hosts is not None and callable(hosts):
+        hosts = hosts(1, max(profile.graph.n_servers, 1))
+    config = SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup, colocation=hosts)
     return run_in_child(_median_step_s, profile, cluster, config)
 
 
@@ -54,7 +58,8 @@ def _median_step_s(profile: Profile, cluster: ClusterModel, config: SimConfig) -
 
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,
-                          transfer: Transfer | None = None, iterations: int = 30) -> float:
+                          transfer: Transfer | None = None, iterations: int = 30, colocation=None,
+                          cores: float | None = None) -> float:
     """The factor for :func:`scale_computation` that makes the model's one-worker step time
     ``untraced_step_s``, in either direction (bisection; the step time grows with the factor).
 
@@ -62,17 +67,19 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
     above 1 it puts back what a one-worker step spends that the model has no term for (host
     work around the ops, docs/model.md §10), at the rate of the computation. The smallest
     factor tried when even computation at nothing is too slow (the transfers alone take
-    longer); :data:`MAX_SCALE` when even that much computation is too fast.
+    longer); :data:`MAX_SCALE` when even that much computation is too fast. ``colocation``
+    and ``cores``: the hosts the one-worker run had (as :func:`simulate.predict` takes them).
     """
     transfer = transfer or Transfer(cluster.default_transfer)
+    hosts = {"colocation": colocation, "cores": cores}
     low, high = 0.0, 1.0
-    if one_worker_step_s(profile, cluster, transfer) < untraced_step_s:
+    if one_worker_step_s(profile, cluster, transfer, **hosts) < untraced_step_s:
         low, high = 1.0, MAX_SCALE
-        if one_worker_step_s(scale_computation(profile, high), cluster, transfer) <= untraced_step_s:
+        if one_worker_step_s(scale_computation(profile, high), cluster, transfer, **hosts) <= untraced_step_s:
             return MAX_SCALE
     for _ in range(iterations):
         mid = (low + high) / 2
-        if one_worker_step_s(scale_computation(profile, max(mid, 1e-6)), cluster, transfer) > untraced_step_s:
+        if one_worker_step_s(scale_computation(profile, max(mid, 1e-6)), cluster, transfer, **hosts) > untraced_step_s:
             high = mid
         else:
             low = mid

@@ -171,6 +171,7 @@ def collect(
     overwrite: bool = False,
     hosts: Sequence[str] | None = None,
     command_prefixes: Sequence[Sequence[str]] | None = None,
+    task_wrappers: Sequence[Sequence[str]] | None = None,
     capture_interface: str = "lo",
     on_event: Callable[[dict], None] | None = None,
 ) -> Path:
@@ -178,7 +179,9 @@ def collect(
 
     ``hosts`` (one address per task, PS tasks first) and ``command_prefixes`` (e.g.
     ``["ip", "netns", "exec", NS]`` per task) let the same launcher run tasks inside
-    network namespaces; by default every task listens on 127.0.0.1.
+    network namespaces; by default every task listens on 127.0.0.1. ``task_wrappers`` (one
+    argv per task, before its prefix) wrap the TensorFlow tasks only, not the measuring tools
+    (the lab's CPU quota: ``python -m tfsim.lab.cgexec ...``).
 
     With ``config.capture``, iperf3 first measures the link from the chief worker's host to
     PS 0's host (both directions, raw results in ``iperf3/``), then tcpdump captures the job's
@@ -198,8 +201,9 @@ def collect(
     ntasks = config.ps_tasks + config.workers
     hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
     prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
-    if len(hosts) != ntasks or len(prefixes) != ntasks:
-        raise UsageError("hosts", f"need one host and one command prefix per task ({ntasks})")
+    wrappers = [list(w) for w in task_wrappers] if task_wrappers else [[] for _ in range(ntasks)]
+    if len(hosts) != ntasks or len(prefixes) != ntasks or len(wrappers) != ntasks:
+        raise UsageError("hosts", f"need one host, one command prefix and one wrapper per task ({ntasks})")
     ports = free_ports(ntasks) if all(h == "127.0.0.1" for h in hosts) else [2222 + i for i in range(ntasks)]
     addresses = [f"{h}:{p}" for h, p in zip(hosts, ports)]
     cluster = {"ps": addresses[: config.ps_tasks], "worker": addresses[config.ps_tasks:]}
@@ -242,7 +246,7 @@ def collect(
             chief = role == "worker" and index == 0
             with open(log_path, "w") as log:
                 proc = subprocess.Popen(
-                    _task_command(spec_path, prefixes[k]), env=env, stdin=subprocess.DEVNULL,
+                    [*wrappers[k], *_task_command(spec_path, prefixes[k])], env=env, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if chief else log, stderr=log, text=True,
                     preexec_fn=_die_with_parent,
                 )

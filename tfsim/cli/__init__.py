@@ -52,7 +52,7 @@ PARAMETER_OPTIONS = {
     "bandwidth_Bps": "--bandwidth",
     "flow_cap_Bps": "--flow-cap",
     "servers": "--ps",
-    "colocation": "--cores",
+    "colocation": "--ps-cores",
     "start_offsets_s": "--stagger",
     "timeout_s": "--timeout",
     "connect_timeout_s": "--connect-timeout",
@@ -60,6 +60,7 @@ PARAMETER_OPTIONS = {
     "warmup_steps": "--warmup",
     "gantt_workers": "--gantt-workers",
     "rate_bit": "--rate",
+    "ps_tasks": "--ps",
     "delay_ms": "--latency",
     "output": "-o",
 }

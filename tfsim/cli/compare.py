@@ -11,6 +11,7 @@ from tfsim.cli.options import (
     add_mode_option,
     add_output_options,
     positive_int,
+    task_hosts,
 )
 
 
@@ -57,7 +58,8 @@ def run(args) -> int:
         if measured is not None:
             check_measured_in_sweep(measured, workers, args.measured)
         sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
-                           warmup=min(50, args.steps // 5), cores=args.cores)
+                           warmup=min(50, args.steps // 5), cores=args.cores,
+                           colocation=task_hosts(args))
         console.release()
 
         simulated = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)

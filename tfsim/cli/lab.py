@@ -2,39 +2,136 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+
+from tfsim.cli.options import positive_int
+
+EPILOG = """\
+hosts: every task runs in a network namespace of its own and in a cgroup of its own. With a
+quota (the default) each task is an emulated host of that many cores: by default an equal
+share of this machine, its cores over the largest cluster's task count, so that the quota holds
+at every W. --colocated lets every task share the machine's cores (the older lab). The
+prediction is always made for the same hosts.
+
+examples:
+  tfsim lab                                     the quick preset (tiny model, W = 1..2)
+  tfsim lab --preset matrix --out lab-results
+  tfsim lab --model-fn mymodels:recommender --batch 256 --rate 400mbit,1gbit --workers 1-6 --out rec
+  tfsim lab --settings matrix.toml --repeat 5
+
+The task processes import --model-fn's module with the current directory and this project on
+PYTHONPATH. Each measured run's load is recorded (lab.json in its directory): a run during
+which other processes used more than 0.1 core is measured again once (--no-rerun: kept) and
+flagged in the results.
+"""
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "lab", help="measure real W-worker throughput on emulated clusters and the prediction error",
-        description="Build emulated clusters on this machine (one network namespace per task on a bridge, "
+        description="Build emulated clusters on this machine (one network namespace and one cgroup per task, "
                     "tbf-shaped links), profile each setting with 1 worker (capture + iperf3), calibrate, "
-                    "predict W = 1..K, run the real job with W = 1..K workers, and write results.csv, "
-                    "results.md and plots. Needs root and TensorFlow. Namespaces are always torn down; "
-                    "--cleanup removes any that a killed run left behind.",
+                    "predict W = 1..K for the same hosts, measure the real job with W = 1..K workers (each point "
+                    "--repeat times on a fresh cluster), and write results.csv, results.md and plots. Needs root "
+                    "and TensorFlow. Namespaces and cgroups are always removed; --cleanup removes any that a "
+                    "killed run left behind.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--preset", choices=("quick", "matrix"), default="quick",
-                   help="quick: tiny model, W=1..2, a few minutes; matrix: 3 models x 2 rates x W=1..4 plus a "
-                        "pinned window and 2 PS (default: quick)")
-    p.add_argument("--only", default="", metavar="NAMES", help="comma-separated settings of the preset to run")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--preset", choices=("quick", "matrix"),
+                      help="quick: tiny model, W=1..2, a few minutes; matrix: 3 models x 2 rates x W=1..4 plus a "
+                           "pinned window and 2 PS (default: quick, unless --model, --model-fn or --settings)")
+    what.add_argument("--settings", type=Path, metavar="FILE.toml",
+                      help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
+                           "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
+                           "profile_steps, measure_steps, warmup_steps)")
+    what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
+    what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
+    job = p.add_argument_group("a job of your own (with --model or --model-fn)")
+    job.add_argument("--batch", type=positive_int, default=32, help="batch size per worker (default: 32)")
+    job.add_argument("--rate", default="1gbit", help="link rates, comma-separated (default: 1gbit)")
+    job.add_argument("--workers", default="1-4", help="worker counts to measure (default: 1-4)")
+    job.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default: 1)")
+    job.add_argument("--image-size", type=int, default=0, help="image models: input size (default: the model's)")
+    job.add_argument("--grpc-options", metavar="OPTS",
+                     help="gRPC channel options for every task (TF_GRPC_DEFAULT_OPTIONS), e.g. a pinned window")
+    job.add_argument("--profile-steps", type=positive_int, default=10, help="steps of the profiling run (default: 10)")
+    job.add_argument("--measure-steps", type=positive_int, default=60,
+                     help="measured steps per run (default: 60; the last half count)")
+    hosts = p.add_argument_group("hosts")
+    hosts.add_argument("--ps-cores", type=float, metavar="N",
+                       help="CPU quota of each PS task (default: an equal share)")
+    hosts.add_argument("--worker-cores", type=float, metavar="N",
+                       help="CPU quota of each worker task (default: an equal share)")
+    hosts.add_argument("--colocated", action="store_true",
+                       help="no quotas: every task shares this machine's cores (and is predicted so)")
+    p.add_argument("--repeat", type=positive_int, default=3,
+                   help="measurements per point, each on a fresh cluster (default: 3)")
+    p.add_argument("--no-rerun", action="store_true",
+                   help="keep a run during which outside load exceeded 0.1 core (it is flagged either way)")
+    p.add_argument("--only", default="", metavar="NAMES", help="comma-separated settings to run")
     p.add_argument("--out", type=Path, default=Path("lab-results"), help="output directory (default: lab-results)")
-    p.add_argument("--cleanup", action="store_true", help="only remove namespaces left by dead lab runs, then exit")
+    p.add_argument("--cleanup", action="store_true",
+                   help="only remove namespaces and cgroups left by dead lab runs, then exit")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=run)
 
 
+def settings_of(args) -> tuple[str, list]:
+    """The settings the command line asks for, and a label for the results."""
+    import dataclasses
+
+    from simulate.sweep import parse_workers
+    from tfbase.errors import UsageError
+    from tfbase.units import parse_rate
+    from tfsim.lab.validate import PRESETS, LabSetting, read_settings
+
+    if args.settings is not None:
+        settings, label = read_settings(args.settings), args.settings.stem
+    elif args.model or args.model_fn:
+        rates = [r.strip() for r in args.rate.split(",") if r.strip()]
+        if not rates:
+            raise UsageError("rate", "give at least one link rate")
+        workers = tuple(parse_workers(args.workers))
+        label = args.model or args.model_fn.split(":")[-1]
+        settings = []
+        for text in rates:
+            rate_bit = int(parse_rate(text, "rate") * 8)
+            settings.append(LabSetting(
+                f"{label}-{text.lower()}", args.model or label, args.batch, rate_bit, image_size=args.image_size,
+                workers=workers, ps_tasks=args.ps, grpc_options=args.grpc_options,
+                profile_steps=args.profile_steps, measure_steps=args.measure_steps, model_fn=args.model_fn))
+    else:
+        label = args.preset or "quick"
+        settings = list(PRESETS[label])
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    if only:
+        unknown = sorted(set(only) - {s.name for s in settings})
+        if unknown:
+            raise UsageError("only", f"no setting named {', '.join(unknown)} (settings: "
+                                     f"{', '.join(s.name for s in settings)})")
+        settings = [s for s in settings if s.name in only]
+    if args.colocated or args.ps_cores is not None or args.worker_cores is not None:
+        settings = [dataclasses.replace(s, colocated=args.colocated, ps_cores=args.ps_cores,
+                                        worker_cores=args.worker_cores) for s in settings]
+    return label, settings
+
+
 def run(args) -> int:
     if args.cleanup:
+        from tfsim.lab.cgroups import cleanup_cgroups
         from tfsim.lab.netns import cleanup, require_lab_tools
 
         require_lab_tools()
-        removed = cleanup()
-        print(f"removed {len(removed)} namespace(s)" + (": " + ", ".join(removed) if removed else ""))
+        removed, groups = cleanup(), cleanup_cgroups()
+        print(f"removed {len(removed)} namespace(s)" + (": " + ", ".join(removed) if removed else "")
+              + f"; {len(groups)} cgroup(s)" + (": " + ", ".join(groups) if groups else ""))
         return 0
     from tfsim.lab.validate import run_lab
 
-    only = [n.strip() for n in args.only.split(",") if n.strip()]
-    rows = run_lab(args.preset, args.out, progress=not args.no_progress, only=only)
+    label, settings = settings_of(args)
+    rows = run_lab(settings, args.out, label=label, progress=not args.no_progress, repeat=args.repeat,
+                   rerun_loaded=not args.no_rerun)
     print((args.out / "results.md").read_text())
     return 0 if rows else 2

@@ -69,7 +69,26 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
                    help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
                         "so); with --cluster: a what-if at this bandwidth")
     p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
-    p.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
+    p.add_argument("--ps-cores", type=float, metavar="N",
+                   help="every task on a host of its own: each PS host has N cores, shared by the PS ops of all "
+                        "workers (with --worker-cores, or alone: workers unlimited); not with --cores")
+    p.add_argument("--worker-cores", type=float, metavar="N",
+                   help="every task on a host of its own: each worker host has N cores (see --ps-cores)")
+
+
+def task_hosts(args: argparse.Namespace):
+    """The library's ``colocation`` for --ps-cores/--worker-cores (a host per task), or None."""
+    from simulate.config import TaskHosts
+    from tfbase.errors import UsageError
+
+    if args.ps_cores is None and args.worker_cores is None:
+        return None
+    if args.cores is not None:
+        raise UsageError("cores", "give one shared host (--cores) or a host per task (--ps-cores, --worker-cores), "
+                                  "not both")
+    return TaskHosts(worker_cores=args.worker_cores, ps_cores=args.ps_cores)
 
 
 def add_mode_option(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from tfsim.cli.options import (
     add_seed_option,
     add_steps_options,
     positive_int,
+    task_hosts,
 )
 
 
@@ -106,10 +107,12 @@ def run(args) -> int:
         sweep = plan_sweep(
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
-            flow_cap_Bps=flow_cap, cores=args.cores, ci_target=args.ci_target, stagger=args.stagger)
+            flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
+            stagger=args.stagger)
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
-                             cores=args.cores, steps=args.trace_steps, seed=args.seed, flow_cap_Bps=flow_cap,
+                             cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,
+                             flow_cap_Bps=flow_cap,
                              stagger=args.stagger)
         if trace_out is not None:
             plan_traced_run(profile, cluster, **trace_options, workers_parameter="trace_workers",

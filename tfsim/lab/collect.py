@@ -1,10 +1,13 @@
-"""Run ``tfsim collect`` inside an emulated cluster: each task in its own namespace."""
+"""Run ``tfsim collect`` inside an emulated cluster: each task in its own namespace and cgroup."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from tfprofile.harness.launcher import CollectConfig, collect
+from tfsim.lab.cgroups import CpuStats, LabCgroups
+from tfsim.lab.load import LoadMeter, LoadSample
 from tfsim.lab.netns import EmulatedCluster, terminate_on_signals
 
 
@@ -12,15 +15,50 @@ def host_names(ps_tasks: int, workers: int) -> list[str]:
     return [f"ps{i}" for i in range(ps_tasks)] + [f"w{i}" for i in range(workers)]
 
 
-def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.0, progress: bool = True,
-                   overwrite: bool = False) -> Path:
-    """Build a cluster with one namespace per task and ``rate_bit`` links, run the job there,
-    tear the cluster down; return the run directory. With ``config.capture`` the capture is
-    taken on the chief worker's ``eth0`` and iperf3 runs from the chief to PS 0."""
-    names = host_names(config.ps_tasks, config.workers)
-    with terminate_on_signals(), EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms) as cluster:
-        hosts = [cluster.hosts[n] for n in names]
-        out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
-                      command_prefixes=[h.exec_prefix() for h in hosts], capture_interface="eth0")
-    return out
+@dataclasses.dataclass(frozen=True)
+class HostQuotas:
+    """Each task's CPU quota in cores: ``ps_cores`` for a PS, ``worker_cores`` for a worker.
 
+    ``None`` for both is the co-located setting: every task shares the machine's cores (each
+    still runs in a cgroup of its own, without a quota, so that its CPU time is counted).
+    """
+
+    ps_cores: float | None = None
+    worker_cores: float | None = None
+
+    @property
+    def colocated(self) -> bool:
+        return self.ps_cores is None and self.worker_cores is None
+
+    def cores_of(self, name: str) -> float | None:
+        return self.ps_cores if name.startswith("ps") else self.worker_cores
+
+
+@dataclasses.dataclass(frozen=True)
+class LabRun:
+    """A finished run in the lab: its directory, the machine's load while it ran, and each
+    task's CPU use and throttling."""
+
+    run_dir: Path
+    load: LoadSample
+    tasks: dict[str, CpuStats]
+
+
+def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.0, progress: bool = True,
+                   overwrite: bool = False, quotas: HostQuotas | None = None) -> LabRun:
+    """Build a cluster with one namespace and one cgroup per task and ``rate_bit`` links, run the
+    job there, tear both down; return the :class:`LabRun`. With ``config.capture`` the capture
+    is taken on the chief worker's ``eth0`` and iperf3 runs from the chief to PS 0 (both
+    outside the tasks' cgroups: they are the measuring instruments, not the job)."""
+    quotas = quotas or HostQuotas()
+    names = host_names(config.ps_tasks, config.workers)
+    with terminate_on_signals(), LabCgroups() as cgroups, \
+            EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms) as cluster:
+        groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]
+        hosts = [cluster.hosts[n] for n in names]
+        with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter:
+            out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
+                          command_prefixes=[h.exec_prefix() for h in hosts],
+                          task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0")
+        tasks = {g.name: g.stats() for g in groups}
+    return LabRun(out, meter.sample, tasks)

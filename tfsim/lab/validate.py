@@ -34,22 +34,35 @@ from calibration.calibrate import calibrate_run
 from calibration.plots import overhead_figure, stream_timeline_figure
 from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
-from simulate.sweep import predict
+from simulate.config import TaskHosts
+from simulate.results import t95
+from simulate.sweep import parse_workers, predict
 from simulate.untrace import fit_computation_scale, scale_computation
+from tfbase.errors import InputError, UsageError
 from tfbase.figures import pyplot, save_figure
-from tfbase.fileio import atomic_output, write_json, write_text
+from tfbase.fileio import atomic_output, read_input, write_json, write_text
 from tfbase.machine import machine_description
+from tfbase.units import parse_rate
 from tfprofile.harness.launcher import CollectConfig
 from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
-from tfsim.lab.collect import collect_in_lab
+from tfsim.lab.cgroups import check_quotas
+from tfsim.lab.collect import HostQuotas, LabRun, collect_in_lab
+from tfsim.lab.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfsim.lab.measure import measured_throughput
 from tfsim.lab.netns import require_lab_tools
 
 
 @dataclasses.dataclass(frozen=True)
 class LabSetting:
-    """One row group of the validation matrix."""
+    """One row group of the validation matrix: a job, a link rate, the hosts, W = 1..K.
+
+    ``model`` names a zoo model, or ``model_fn`` ("module:function") a user's (``model`` is
+    then its label). ``ps_cores``/``worker_cores`` are the emulated hosts' CPU quotas, and
+    ``colocated`` runs every task on this machine's shared cores instead (the older lab).
+    With neither, each task gets an equal share of the machine (its cores over the largest
+    cluster's task count), so that the quotas hold at every W.
+    """
 
     name: str
     model: str
@@ -60,19 +73,63 @@ class LabSetting:
     ps_tasks: int = 1
     grpc_options: str | None = None
     profile_steps: int = 10
-    measure_steps: int = 20
+    measure_steps: int = 60
     warmup_steps: int = 3
+    model_fn: str | None = None
+    ps_cores: float | None = None
+    worker_cores: float | None = None
+    colocated: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise UsageError("setting", f"a setting's name must be a plain file name, not {self.name!r}")
+        if not (isinstance(self.rate_bit, int) and self.rate_bit > 0):
+            raise UsageError("rate_bit", f"a link rate must be positive, not {self.rate_bit}")
+        if not self.workers or any(w < 1 for w in self.workers):
+            raise UsageError("workers", f"worker counts must be at least 1, not {self.workers}")
+        if self.ps_tasks < 1:
+            raise UsageError("ps_tasks", f"must be at least 1, not {self.ps_tasks}")
+        for name in ("profile_steps", "measure_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
+        if self.colocated and (self.ps_cores is not None or self.worker_cores is not None):
+            raise UsageError("ps_cores", "co-located tasks share the machine's cores: no quotas with colocated")
+        for name in ("ps_cores", "worker_cores"):
+            value = getattr(self, name)
+            if value is not None and not (MIN_QUOTA_CORES <= value <= MACHINE_CORES):
+                raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
+                                       f"cores, not {value:g}")
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
         return (("TF_GRPC_DEFAULT_OPTIONS", self.grpc_options),) if self.grpc_options else ()
 
+    def quotas(self) -> HostQuotas:
+        """Each task's quota (none when co-located); checked to fit this machine at the largest W."""
+        if self.colocated:
+            return HostQuotas()
+        tasks = self.ps_tasks + max(self.workers)
+        share = MACHINE_CORES / tasks
+        quotas = HostQuotas(self.ps_cores if self.ps_cores is not None else share,
+                            self.worker_cores if self.worker_cores is not None else share)
+        check_quotas([quotas.ps_cores] * self.ps_tasks + [quotas.worker_cores] * max(self.workers), MACHINE_CORES)
+        return quotas
+
+    def hosts_text(self) -> str:
+        if self.colocated:
+            return f"co-located on {MACHINE_CORES:g} cores"
+        quotas = self.quotas()
+        return f"PS {quotas.ps_cores:.2f} core, worker {quotas.worker_cores:.2f} core"
+
+
+MACHINE_CORES = float(os.cpu_count() or 1)
+MIN_QUOTA_CORES = 0.05
 
 SMALL_WINDOW = "grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535"
 
 PRESETS: dict[str, tuple[LabSetting, ...]] = {
     "quick": (
-        LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=(1, 2), profile_steps=6, measure_steps=12,
+        LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=(1, 2), profile_steps=6, measure_steps=16,
                    warmup_steps=2),
     ),
     # Three models whose traffic spans three orders of magnitude (0.5, 30 and 100 MB per step and
@@ -97,10 +154,13 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
 }
 
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
-RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "workers", "measured_eps",
+RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "hosts", "ps_cores", "worker_cores",
+                  "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
+                  "measured_ci95_eps", "measured_runs_eps",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
-                  "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
+                  "inside_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
+                  "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run",
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS))
 
 
@@ -108,18 +168,17 @@ def _say(message: str) -> None:
     print(f"tfsim lab: {message}", file=sys.stderr, flush=True)
 
 
-def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool) -> Path:
-
+def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool) -> LabRun:
     config = CollectConfig(
-        out_dir=out, model=setting.model, batch_size=setting.batch_size, image_size=setting.image_size,
-        steps=steps, warmup_steps=setting.warmup_steps,
+        out_dir=out, model=setting.model, model_fn=setting.model_fn, batch_size=setting.batch_size,
+        image_size=setting.image_size, steps=steps, warmup_steps=setting.warmup_steps,
         # The profiling run traces every other step: the untraced ones measure what tracing costs
         # (:func:`untraced_step_s`); measuring runs trace one step only.
         trace_every=2 if capture else steps + 1,
         workers=workers, ps_tasks=setting.ps_tasks, intra_op_threads=1, inter_op_threads=1, capture=capture,
-        zero_init=True, env=setting.env, iperf_repeats=3, iperf_seconds=2.0, timeout_s=1200.0,
+        zero_init=True, env=setting.env, iperf_repeats=3, iperf_seconds=2.0, timeout_s=1800.0,
     )
-    return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True)
+    return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True, quotas=setting.quotas())
 
 
 def untraced_step_s(run_dir: Path) -> float | None:
@@ -130,24 +189,100 @@ def untraced_step_s(run_dir: Path) -> float | None:
     return float(sorted(walls)[len(walls) // 2]) if walls else None
 
 
-def lockstep_predictions(profile, cluster, workers, *, cores: float, steps: int) -> dict[int, float]:
+def lockstep_predictions(profile, cluster, workers, *, hosts, steps: int) -> dict[int, float]:
     """``grpc`` throughput per W with every worker starting at once (``stagger=0``): workers that
     stay in lock step, the other end of the range from the default's staggered starts."""
 
-    frame = predict(profile, cluster, workers=workers, transfer="grpc", cores=cores, steps=steps,
-                    warmup=min(50, steps // 5), stagger=0.0, jobs=1)
+    frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
+                    stagger=0.0, jobs=1, **hosts)
     return {int(w): float(t) for w, t in zip(frame["workers"], frame["throughput_eps"])}
 
 
+def simulated_hosts(setting: LabSetting) -> dict:
+    """The hosts the prediction simulates, the same as the lab's (docs/model.md §4.3): one
+    shared host of this machine's cores when co-located, else a host per task.
+
+    A host's cores in the model count the ops that run at once at their profiled speed. The
+    profile was taken under the same quota, so its op times already carry a lone op's speed
+    there: a task of one inter-op thread on a quota of q < 1 core runs one op at q, and two
+    ops share that q, as two ops share one core in the model. So a quota q is max(1, q)
+    cores of the model, and what the model adds is the queueing of several workers' ops on
+    one PS host.
+    """
+    if setting.colocated:
+        return {"cores": MACHINE_CORES}
+    quotas = setting.quotas()
+    return {"colocation": TaskHosts(worker_cores=max(1.0, quotas.worker_cores),
+                                    ps_cores=max(1.0, quotas.ps_cores))}
+
+
+def measurement_stats(values: Sequence[float]) -> dict:
+    """Mean, min, max, coefficient of variation and the 95% CI half-width (Student's t) of
+    repeated measurements of one point.
+
+    Examples
+    --------
+    >>> stats = measurement_stats([100.0, 110.0, 90.0])
+    >>> stats["mean"], stats["min"], stats["max"], round(stats["cv"], 3), round(stats["ci95"], 1)
+    (100.0, 90.0, 110.0, 0.1, 24.8)
+    """
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise UsageError("repeat", "no measurement to summarise")
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    half = t95(x.size - 1) * sd / math.sqrt(x.size) if x.size > 1 else math.nan
+    return {"mean": mean, "min": float(x.min()), "max": float(x.max()), "cv": sd / mean if mean else math.nan,
+            "ci95": half}
+
+
+def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: int, rerun_loaded: bool,
+                  progress: bool) -> dict:
+    """Measure the real job ``repeat`` times with ``workers`` workers, each on a fresh cluster;
+    a run during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load
+    the lab did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
+    runs, loads, reruns, throttled, steps = [], [], 0, [], []
+    for k in range(repeat):
+        for attempt in range(2 if rerun_loaded else 1):
+            measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
+            lab_run = _collect(setting, measure_dir, workers=workers, steps=setting.measure_steps, capture=False,
+                               progress=progress)
+            shutil.rmtree(measure_dir / "trace", ignore_errors=True)
+            shutil.rmtree(measure_dir / "logs", ignore_errors=True)
+            if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
+                break
+            reruns += 1
+            _say(f"[{setting.name}] W = {workers}, run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside "
+                 "load: measuring again")
+        measured = measured_throughput(lab_run.run_dir)
+        runs.append(measured["throughput_eps"])
+        steps.append(measured["step_time_median_s"])
+        loads.append(lab_run.load)
+        throttled.append(sum(t.throttled_s for t in lab_run.tasks.values()))
+        write_json(measure_dir / "lab.json", {
+            "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"],
+            "load": {"wall_s": lab_run.load.wall_s, "machine_cores": lab_run.load.machine_cores,
+                     "lab_cores": lab_run.load.lab_cores, "outside_cores": lab_run.load.outside_cores,
+                     "flagged": lab_run.load.flagged},
+            "tasks": {name: dataclasses.asdict(stats) for name, stats in lab_run.tasks.items()},
+            "quotas": dataclasses.asdict(setting.quotas())})
+    return {"runs": runs, "stats": measurement_stats(runs), "step_s": float(sorted(steps)[len(steps) // 2]),
+            "outside_load_cores": max(load.outside_cores for load in loads),
+            "loaded_runs": sum(load.flagged for load in loads), "reruns": reruns,
+            "throttled_s_per_run": sum(throttled) / len(throttled)}
+
+
 def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
-                cores: float | None = None) -> list[dict]:
+                repeat: int = 3, rerun_loaded: bool = True) -> list[dict]:
     """Profile, calibrate, predict and measure one setting; return its result rows."""
 
-    cores = cores or float(os.cpu_count() or 1)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _say(f"[{setting.name}] profiling with {setting.ps_tasks} PS and 1 worker (capture + iperf3)")
+    _say(f"[{setting.name}] profiling with {setting.ps_tasks} PS and 1 worker (capture + iperf3; "
+         f"{setting.hosts_text()})")
     run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profile_steps, capture=True,
-                       progress=progress)
+                       progress=progress).run_dir
     calibration = calibrate_run(run_dir)
     document = calibration.to_cluster_json()
     save_cluster(document, out_dir / "CLUSTER.json")
@@ -156,8 +291,9 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
     profile = profile_from_run_dir(run_dir)
     cluster = load_cluster(out_dir / "CLUSTER.json")
+    hosts = simulated_hosts(setting)
     target = untraced_step_s(run_dir)
-    scale = fit_computation_scale(profile, cluster, target) if target else 1.0
+    scale = fit_computation_scale(profile, cluster, target, **hosts) if target else 1.0
     profile = scale_computation(profile, scale)
     _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
          f"({target * 1e3 if target else float('nan'):.1f} ms): tracing's own cost")
@@ -167,18 +303,16 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         capture.unlink()
 
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
-    frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS), cores=cores,
-                    steps=predict_steps, warmup=min(50, predict_steps // 5), jobs=1)
-    lockstep = lockstep_predictions(profile, cluster, setting.workers, cores=cores, steps=predict_steps)
+    frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
+                    steps=predict_steps, warmup=min(50, predict_steps // 5), jobs=1, **hosts)
+    lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps)
     base = baselines(profile, cluster, setting.workers, "async")
+    quotas = setting.quotas()
     rows = []
     for w in setting.workers:
-        _say(f"[{setting.name}] measuring the real job with {w} worker(s)")
-        measure_dir = out_dir / f"measure-w{w}"
-        _collect(setting, measure_dir, workers=w, steps=setting.measure_steps, capture=False, progress=progress)
-        measured = measured_throughput(measure_dir)
-        shutil.rmtree(measure_dir / "trace", ignore_errors=True)
-        shutil.rmtree(measure_dir / "logs", ignore_errors=True)
+        _say(f"[{setting.name}] measuring the real job with {w} worker(s), {repeat} time(s)")
+        point = measure_point(setting, out_dir, w, repeat=repeat, rerun_loaded=rerun_loaded, progress=progress)
+        stats = point["stats"]
         predicted = {p: float(frame[(frame["workers"] == w) & (frame["policy"] == p)]["throughput_eps"].iloc[0])
                      for p in TRANSFER_MODELS}
         base_w = base[base["workers"] == w].set_index("model")["throughput_eps"]
@@ -186,15 +320,22 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         rows.append({
             "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
             "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks,
-            "window": "65535 (pinned)" if setting.grpc_options else "default", "workers": w,
-            "measured_eps": measured["throughput_eps"],
+            "window": "65535 (pinned)" if setting.grpc_options else "default",
+            "hosts": "co-located" if setting.colocated else "quota",
+            "ps_cores": quotas.ps_cores, "worker_cores": quotas.worker_cores, "workers": w,
+            "repeats": len(point["runs"]), "measured_eps": stats["mean"], "measured_min_eps": stats["min"],
+            "measured_max_eps": stats["max"], "measured_cv": stats["cv"], "measured_ci95_eps": stats["ci95"],
+            "measured_runs_eps": " ".join(f"{x:.4g}" for x in point["runs"]),
             **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
-            **{f"error_{m}": predicted[m] / measured["throughput_eps"] - 1 for m in TRANSFER_MODELS},
+            **{f"error_{m}": predicted[m] / stats["mean"] - 1 for m in TRANSFER_MODELS},
+            "inside_grpc": bool(stats["min"] <= predicted["grpc"] <= stats["max"]),
             "predicted_grpc_lockstep_eps": predicted_lockstep,
-            "error_grpc_lockstep": predicted_lockstep / measured["throughput_eps"] - 1,
+            "error_grpc_lockstep": predicted_lockstep / stats["mean"] - 1,
             "lin_async_eps": float(base_w.get("lin-async", math.nan)),
             "cynthia_eps": float(base_w.get("cynthia", math.nan)),
-            "measured_step_s": measured["step_time_median_s"], "computation_scale": scale,
+            "measured_step_s": point["step_s"], "computation_scale": scale,
+            "outside_load_cores": point["outside_load_cores"], "loaded_runs": point["loaded_runs"],
+            "reruns": point["reruns"], "throttled_s_per_run": point["throttled_s_per_run"],
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
                for m in TRANSFER_MODELS},
         })
@@ -225,39 +366,55 @@ def _bar_lines(frame) -> list[str]:
 
 
 def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s: float) -> None:
-    """results.csv, results.md and one plot per setting (measured vs predicted over W)."""
+    """results.csv, results.md and one plot per setting (measured range vs predicted over W)."""
     import pandas as pd
 
     frame = pd.DataFrame(list(rows), columns=list(RESULT_COLUMNS))
     with atomic_output(out_dir / "results.csv") as handle:
         frame.to_csv(handle, index=False, float_format="%.6g")
     grpc_err, http2_err = frame["error_grpc"].abs(), frame["error_http2"].abs()
+    loaded = frame[frame["loaded_runs"] > 0]
     lines = [
         f"# tfsim lab results ({preset})", "",
         f"- date: {time.strftime('%Y-%m-%d')}", f"- machine: {machine_text()}",
-        "- every task (PS and workers) in its own network namespace on one bridge, links shaped with tbf; "
-        "all tasks share this machine's cores; 1 intra-op and 1 inter-op thread per task",
-        "- measured: each worker's time-average over the last half of its steps, summed (ICPE §4.1)",
-        "- predicted: tfsim's simulation with the co-location model (all tasks on one host's cores)",
+        "- every task (PS and workers) in its own network namespace on one bridge, links shaped with tbf, and in "
+        "its own cgroup: with a CPU quota (an emulated host of that many cores) unless the setting is co-located; "
+        "1 intra-op and 1 inter-op thread per task",
+        "- measured: each worker's time-average over the last half of its steps, summed (ICPE §4.1); each point "
+        "measured `repeats` times on a fresh cluster: the mean, and the range (min..max)",
+        "- predicted: tfsim's simulation of the same hosts (a host per task with its quota, or one shared host); "
+        "the error is against the measured mean, and `inside` says whether the prediction lies in the range",
+        f"- outside load (CPU the lab did not cause, per run): at most {frame['outside_load_cores'].max():.2f} "
+        f"cores; {len(loaded)} point(s) with a run above {OUTSIDE_LOAD_LIMIT_CORES:g} cores "
+        f"({int(frame['reruns'].sum())} run(s) measured again because of it)",
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
         f"mean |error| (grpc model, the default): {grpc_err.mean() * 100:.1f}%, max {grpc_err.max() * 100:.1f}%; "
-        f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%", "",
+        f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%; grpc inside the measured "
+        f"range: {int(frame['inside_grpc'].sum())} of {len(frame)}", "",
         *_bar_lines(frame), "",
-        "| setting | W | measured (ex/s) | predicted grpc | error | predicted http2 | error | predicted fifo | error "
-        "| grpc, lock step | error | Lin et al. | Cynthia |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| setting | hosts | W | measured (ex/s) | range | CV | predicted grpc | error | inside | predicted http2 "
+        "| error | predicted fifo | error | grpc, lock step | error | Lin et al. | Cynthia | outside load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for _, r in frame.iterrows():
-        cells = "".join(f" {r[f'predicted_{m}_eps']:.2f} | {r[f'error_{m}'] * 100:+.1f}% |" for m in TRANSFER_MODELS)
-        lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} |{cells} "
-                     f"{r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
-                     f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} |")
+        hosts = "co-located" if r["hosts"] == "co-located" else f"PS {r['ps_cores']:.2f}, w {r['worker_cores']:.2f}"
+        cells = "".join(f" {r[f'predicted_{m}_eps']:.2f} | {r[f'error_{m}'] * 100:+.1f}% |"
+                        + (" yes |" if m == "grpc" and r["inside_grpc"] else " no |" if m == "grpc" else "")
+                        for m in TRANSFER_MODELS)
+        lines.append(f"| {r['setting']} | {hosts} | {r['workers']} | {r['measured_eps']:.2f} | "
+                     f"{r['measured_min_eps']:.2f}..{r['measured_max_eps']:.2f} | {r['measured_cv'] * 100:.1f}% |"
+                     f"{cells} {r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
+                     f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} | {r['outside_load_cores']:.2f}"
+                     f"{' (flagged)' if r['loaded_runs'] else ''} |")
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
 
     plt = pyplot()
     for setting, group in frame.groupby("setting", sort=False):
         fig, ax = plt.subplots(figsize=(6, 3.8), dpi=120)
-        ax.plot(group["workers"], group["measured_eps"], "ks", label="measured")
+        ax.errorbar(group["workers"], group["measured_eps"],
+                    yerr=[group["measured_eps"] - group["measured_min_eps"],
+                          group["measured_max_eps"] - group["measured_eps"]],
+                    fmt="ks", capsize=3, label="measured (mean, min..max)")
         ax.plot(group["workers"], group["predicted_grpc_eps"], "o-", label="tfsim (grpc)")
         ax.plot(group["workers"], group["predicted_http2_eps"], "o-.", label="tfsim (http2)")
         ax.plot(group["workers"], group["predicted_grpc_lockstep_eps"], "v:", label="tfsim (grpc, lock step)")
@@ -272,17 +429,113 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         ax.legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, out_dir / f"{setting}.png")
-    write_json(out_dir / "results.json", {"format": "tfsim.lab/1", "preset": preset, "machine": machine_text(),
+    write_json(out_dir / "results.json", {"format": "tfsim.lab/2", "preset": preset, "machine": machine_text(),
                                           "rows": frame.to_dict(orient="records")})
 
 
-def run_lab(preset: str, out_dir: Path, *, progress: bool = True, only: Sequence[str] = ()) -> list[dict]:
+def check_model_fn(model_fn: str) -> None:
+    """Import ``module:function`` the way the task processes will (a child Python with the
+    project and the current directory on its path), so that a bad name fails before any
+    cluster is built. Raises :class:`~tfbase.errors.UsageError` naming ``model_fn``."""
+    import subprocess
 
+    module, _, function = model_fn.partition(":")
+    if not module or not function.isidentifier():
+        raise UsageError("model_fn", f"{model_fn!r} is not of the form MODULE:FUNCTION")
+    code = ("import importlib, sys\n"
+            "m = importlib.import_module(sys.argv[1])\n"
+            "f = getattr(m, sys.argv[2], None)\n"
+            "sys.exit(0 if callable(f) else 3)\n")
+    env = task_environment()
+    result = subprocess.run([sys.executable, "-c", code, module, function], env=env, capture_output=True, text=True,
+                            timeout=300)
+    if result.returncode == 3:
+        raise UsageError("model_fn", f"module {module!r} has no function {function!r}")
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["it failed"])[-1]
+        raise UsageError("model_fn", f"cannot import {module!r}: {last}")
+
+
+def task_environment() -> dict[str, str]:
+    """The environment the lab's task processes start with: the project and the current
+    directory on PYTHONPATH (so that ``--model-fn mymodels:build`` finds ``./mymodels.py``)."""
+    project_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [project_root, os.getcwd(), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def run_lab(settings: Sequence[LabSetting], out_dir: Path, *, label: str, progress: bool = True, repeat: int = 3,
+            rerun_loaded: bool = True) -> list[dict]:
+    """Run ``settings`` one after the other; results are rewritten after each setting."""
     require_lab_tools()
-    settings = [s for s in PRESETS[preset] if not only or s.name in only]
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise UsageError("repeat", f"must be between 1 and {MAX_REPEAT}, not {repeat}")
+    if not settings:
+        raise UsageError("only", "no setting to run")
+    for setting in settings:  # every setting's hosts and model are checked before the first is run
+        setting.quotas()
+    for model_fn in dict.fromkeys(s.model_fn for s in settings if s.model_fn):
+        check_model_fn(model_fn)
+    os.environ["PYTHONPATH"] = task_environment()["PYTHONPATH"]
     started = time.monotonic()
     rows: list[dict] = []
     for setting in settings:
-        rows.extend(run_setting(setting, out_dir / setting.name, progress=progress))
-        write_results(rows, out_dir, preset=preset, elapsed_s=time.monotonic() - started)
+        rows.extend(run_setting(setting, out_dir / setting.name, progress=progress, repeat=repeat,
+                                rerun_loaded=rerun_loaded))
+        write_results(rows, out_dir, preset=label, elapsed_s=time.monotonic() - started)
     return rows
+
+
+MAX_REPEAT = 50
+DEFAULT_BATCH = 32  # as tfsim collect's
+SETTINGS_LIMIT = 1 << 20  # a settings file is a few lines: 1 MiB is far beyond any matrix
+SETTING_KEYS = {f.name for f in dataclasses.fields(LabSetting)}
+
+
+def read_settings(path: Path) -> list[LabSetting]:
+    """A whole matrix from a TOML file: one ``[[setting]]`` table per setting, with the fields
+    of :class:`LabSetting` (``rate`` as text such as ``"400mbit"`` in place of ``rate_bit``,
+    ``workers`` as ``"1-6"`` or a list). Errors name the file and the setting."""
+    import tomllib
+
+    try:
+        document = tomllib.loads(read_input(path, limit=SETTINGS_LIMIT, what="settings file",
+                                            gunzip=False).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(path, "is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(path, f"is not TOML: {err}") from None
+    tables = document.get("setting")
+    if not isinstance(tables, list) or not tables:
+        raise InputError(path, "has no [[setting]] table")
+    settings = []
+    for k, table in enumerate(tables, start=1):
+        where = f"setting {k}"
+        try:
+            values = dict(table)
+            if "rate" in values:
+                values["rate_bit"] = int(parse_rate(str(values.pop("rate")), "rate") * 8)
+            if "workers" in values:
+                w = values["workers"]
+                values["workers"] = tuple(parse_workers(w) if isinstance(w, str) else [int(x) for x in w])
+            if "batch" in values:
+                values["batch_size"] = values.pop("batch")
+            if "ps" in values:
+                values["ps_tasks"] = values.pop("ps")
+            unknown = set(values) - SETTING_KEYS
+            if unknown:
+                raise UsageError("settings", f"unknown key(s) {', '.join(sorted(unknown))}")
+            values.setdefault("batch_size", DEFAULT_BATCH)
+            values.setdefault("model", values.get("model_fn", "tiny").split(":")[-1] if values.get("model_fn")
+                              else "tiny")
+            values.setdefault("name", f"{values['model']}-{values.get('rate_bit', 0) // 1_000_000}mbit")
+            settings.append(LabSetting(**values))
+        except (TypeError, ValueError) as err:
+            raise InputError(path, f"{where}: {err}") from None
+        except InputError as err:
+            raise InputError(path, f"{where}: {err}") from None
+    names = [s.name for s in settings]
+    if len(set(names)) != len(names):
+        raise InputError(path, "two settings have the same name")
+    return settings

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baselines
-from simulate.config import MAX_TRACE_CHUNKS
+from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
 from simulate.orderings import expand_random, order_gains, ordering_priorities
 from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, trace_chunks, traced_run
 from tfbase.errors import InputError, TfsimWarning
@@ -46,12 +46,21 @@ class ReportRequest:
     seed: int = 0
     mode: str = "async"
     cores: float | None = None
+    ps_cores: float | None = None
+    worker_cores: float | None = None
     measured_path: Path | None = None
     setting: str | None = None
     gantt_workers: int | None = None
     plots_dir: Path | None = None
     jobs: int = 1
     progress: bool = True
+
+    @property
+    def hosts(self):
+        """The library's ``colocation``: a host per task when ``ps_cores`` or ``worker_cores`` is set."""
+        if self.ps_cores is None and self.worker_cores is None:
+            return None
+        return TaskHosts(worker_cores=self.worker_cores, ps_cores=self.ps_cores)
 
     def command_line(self) -> str:
         """The ``tfsim report`` command that reproduces this report (without ``--out``)."""
@@ -66,6 +75,10 @@ class ReportRequest:
             parts += ["--mode", self.mode]
         if self.cores is not None:
             parts += ["--cores", f"{self.cores:g}"]
+        if self.ps_cores is not None:
+            parts += ["--ps-cores", f"{self.ps_cores:g}"]
+        if self.worker_cores is not None:
+            parts += ["--worker-cores", f"{self.worker_cores:g}"]
         if self.measured_path is not None:
             parts += ["--measured", str(self.measured_path)]
         if self.setting:
@@ -159,10 +172,11 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     priorities = ordering_priorities(profile, transfers, bandwidth_Bps=cluster.downlink_Bps, seed=request.seed)
     sweep = plan_sweep(profile, cluster, workers=workers, mode=request.mode, transfer=transfers,
                        priorities=priorities, steps=request.steps, warmup=request.warmup, seed=request.seed,
-                       cores=request.cores)
+                       cores=request.cores, colocation=request.hosts)
     for w in {1, 2, request.gantt_workers or 1}:  # the pictures that must fit; a larger default is capped later
         plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
-                        cores=request.cores, steps=GANTT_STEPS, seed=request.seed, workers_parameter="gantt_workers")
+                        cores=request.cores, colocation=request.hosts, steps=GANTT_STEPS, seed=request.seed,
+                        workers_parameter="gantt_workers")
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
     return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit)
 
@@ -201,7 +215,8 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
         many = plan.gantt_limit
     say(f"[4/4] tracing {GANTT_STEPS} simulated steps with 1 and with {many} workers")
     gantts = [gantt_from_run(traced_run(profile, cluster, workers=w, transfer=reference, priorities={},
-                                        mode=request.mode, cores=request.cores, steps=GANTT_STEPS,
+                                        mode=request.mode, cores=request.cores, colocation=request.hosts,
+                                        steps=GANTT_STEPS,
                                         seed=request.seed)) for w in (1, many)]
     return Report(request=request, model=profile.meta.get("model") or Path(request.profile_path).stem,
                   batch_size=profile.batch_size,

@@ -34,7 +34,8 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "bandwidth": request.bandwidth, "measured": None if request.measured_path is None
                    else str(request.measured_path), "setting": request.setting, "workers": request.workers,
                    "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
-                   "cores": request.cores, "command": request.command_line()},
+                   "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
+                   "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
         "cluster": report.cluster,

@@ -1,0 +1,179 @@
+"""The lab as a measuring instrument: emulated hosts (cgroups), repeated measurements, outside
+load, settings files, and the host model that predicts for the same hosts."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from simulate.config import Colocation, TaskHosts
+from tfbase.errors import InputError, UsageError
+from tfsim.lab.load import LoadSample, machine_busy_s
+from tfsim.lab.validate import LabSetting, measurement_stats, read_settings
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
+
+
+def _cpu_controller() -> bool:
+    try:
+        from tfsim.lab.cgroups import find_hierarchy
+
+        find_hierarchy()
+        return True
+    except UsageError:
+        return False
+
+
+needs_cgroups = pytest.mark.skipif(os.geteuid() != 0 or not _cpu_controller(), reason="needs root and a cpu cgroup")
+
+
+@needs_cgroups
+def test_a_task_in_its_cgroup_gets_no_more_than_its_quota():
+    from tfsim.lab.cgroups import LabCgroups
+
+    with LabCgroups() as cgroups:
+        group = cgroups.group("w0", 0.2)
+        started = time.monotonic()
+        spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.5: pass\n"
+        subprocess.run([*group.wrapper(), sys.executable, "-c", spin], check=True)
+        wall = time.monotonic() - started
+        stats = group.stats()
+        parents = cgroups.parents
+        assert all(p.is_dir() for p in parents)
+    # A busy loop wants a whole core: the quota holds it to 0.2 of one (plus a period's slack).
+    assert 0 < stats.usage_s <= 0.2 * wall + 0.1
+    assert stats.nr_throttled > 0 and stats.throttled_s > 0
+    assert not any(p.exists() for p in parents)  # removed on exit
+
+
+@needs_cgroups
+def test_cleanup_removes_the_groups_of_dead_runs_only():
+    from tfsim.lab.cgroups import PREFIX, LabCgroups, cleanup_cgroups, find_hierarchy
+
+    root = find_hierarchy().cpu
+    dead = root / f"{PREFIX}-999999-abcdef"
+    dead.mkdir()
+    (dead / "w0").mkdir()
+    with LabCgroups() as live:
+        live.group("ps0", None)
+        removed = cleanup_cgroups()
+        assert str(dead) in removed
+        assert not dead.exists()
+        assert live.parents[0].is_dir()
+
+
+@needs_cgroups
+def test_a_command_that_cannot_join_its_group_says_so():
+    result = subprocess.run([sys.executable, "-m", "tfsim.lab.cgexec", "/nonexistent/cgroup.procs", "--", "true"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["tfsim.lab.cgexec: cannot join /nonexistent/cgroup.procs: "
+                                                  "No such file or directory"]
+
+
+def test_machine_busy_time_reads_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal
+    stat.write_text("cpu  100 10 50 1000 40 5 5 2 0 0\ncpu0 50 5 25 500 20 2 3 1 0 0\n")
+    assert machine_busy_s(str(stat)) == pytest.approx((100 + 10 + 50 + 5 + 5 + 2) / os.sysconf("SC_CLK_TCK"))
+    assert machine_busy_s() > 0
+
+
+def test_outside_load_is_what_the_lab_did_not_use():
+    sample = LoadSample(wall_s=10.0, machine_cores=1.5, lab_cores=1.3)
+    assert sample.outside_cores == pytest.approx(0.2)
+    assert sample.flagged
+    assert not LoadSample(10.0, 1.0, 0.95).flagged
+    assert LoadSample(10.0, 1.0, 1.2).outside_cores == 0.0  # accounting skew never reads as negative load
+
+
+def test_repeated_measurements_are_summarised_with_their_spread():
+    stats = measurement_stats([100.0, 110.0, 90.0])
+    assert (stats["mean"], stats["min"], stats["max"]) == (100.0, 90.0, 110.0)
+    assert stats["cv"] == pytest.approx(0.1)
+    assert stats["ci95"] == pytest.approx(4.302653 * 10 / 3 ** 0.5, rel=1e-3)  # Student t, 2 dof
+    single = measurement_stats([5.0])
+    assert single["cv"] == 0.0 and single["ci95"] != single["ci95"]  # nan: one run has no interval
+
+
+def test_default_quotas_share_the_machine_at_the_largest_w(monkeypatch):
+    import tfsim.lab.validate as validate
+
+    monkeypatch.setattr(validate, "MACHINE_CORES", 2.0)
+    setting = LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 2, 3))
+    quotas = setting.quotas()
+    assert quotas.ps_cores == pytest.approx(0.5) and quotas.worker_cores == pytest.approx(0.5)
+    assert LabSetting("s", "tiny", 32, 100_000_000, colocated=True).quotas().colocated
+    too_many = LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 4), ps_cores=0.5, worker_cores=0.5)
+    with pytest.raises(UsageError) as err:
+        too_many.quotas()
+    assert err.value.source == "workers" and "2.5 cores" in str(err.value)
+
+
+def test_a_settings_file_describes_a_matrix(tmp_path):
+    path = tmp_path / "matrix.toml"
+    path.write_text('[[setting]]\nmodel_fn = "mymodels:recommender"\nbatch = 256\nrate = "400mbit"\n'
+                    'workers = "1-6"\nworker_cores = 0.25\nps_cores = 0.25\n\n'
+                    '[[setting]]\nname = "wide-1g"\nmodel = "wide_mlp"\nrate = "1gbit"\nworkers = [1, 2]\n'
+                    'colocated = true\n')
+    first, second = read_settings(path)
+    assert (first.name, first.model, first.model_fn) == ("recommender-400mbit", "recommender", "mymodels:recommender")
+    assert (first.batch_size, first.rate_bit, first.workers) == (256, 400_000_000, (1, 2, 3, 4, 5, 6))
+    assert (second.name, second.workers, second.colocated) == ("wide-1g", (1, 2), True)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[[setting]]\nmodel = \"tiny\"\nrate = \"1gbit\"\nspeed = 3\n", "setting 1: settings: unknown key(s) speed"),
+    ("[[setting]]\nmodel = \"tiny\"\nrate = \"0\"\n", "setting 1: rate: bandwidth must be positive"),
+    ("[setting\n", "is not TOML"),
+    ("title = 'x'\n", "has no [[setting]] table"),
+])
+def test_a_bad_settings_file_names_itself_and_the_setting(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_settings(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_task_hosts_give_the_ps_a_capacity_that_all_workers_share():
+    import simulate
+    import tfprofile
+
+    profile = tfprofile.load_profile(os.path.join(DATA, "profiles", "tiny.npz"))
+    cluster = simulate.load_cluster(os.path.join(DATA, "clusters", "lab-1gbit.json"))
+    assert TaskHosts(worker_cores=1, ps_cores=0.5)(2, 1) == Colocation((0, 1), (2,), (1.0, 1.0, 0.5))
+    kwargs = dict(workers=[1, 4], steps=120, warmup=20, transfer="grpc")
+    free = simulate.predict(profile, cluster, **kwargs)["throughput_eps"].to_numpy()
+    roomy = simulate.predict(profile, cluster, colocation=TaskHosts(worker_cores=64, ps_cores=64),
+                             **kwargs)["throughput_eps"].to_numpy()
+    small_ps = simulate.predict(profile, cluster, colocation=TaskHosts(ps_cores=0.25),
+                                **kwargs)["throughput_eps"].to_numpy()
+    assert roomy == pytest.approx(free, rel=1e-9)  # hosts with cores to spare change nothing
+    assert small_ps[0] < free[0]  # one worker: its PS ops run at a quarter speed
+    # Four workers' PS ops queue on one small PS host: throughput grows far less than 4x.
+    assert small_ps[1] / small_ps[0] < 0.8 * free[1] / free[0]
+    with pytest.raises(UsageError) as err:
+        simulate.predict(profile, cluster, cores=2, colocation=TaskHosts(ps_cores=1), **kwargs)
+    assert err.value.source == "cores"
+    with pytest.raises(UsageError) as err:
+        TaskHosts()
+    assert err.value.source == "ps_cores"
+
+
+def test_predict_takes_a_host_per_task_from_the_command_line(capsys):
+    from tfsim.cli import main
+
+    base = ["predict", os.path.join(DATA, "profiles", "tiny.npz"), "--cluster",
+            os.path.join(DATA, "clusters", "lab-1gbit.json"), "--workers", "1-2", "--steps", "60", "--warmup", "10",
+            "--no-progress", "--jobs", "1"]
+    assert main([*base, "--ps-cores", "0.5", "--worker-cores", "1"]) == 0
+    assert main([*base, "--ps-cores", "0.5", "--cores", "2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "tfsim: error: --cores: give one shared host (--cores) or a host per task (--ps-cores, --worker-cores), "
+        "not both")
+    assert main([*base, "--worker-cores", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("tfsim: error: --worker-cores: must be between")
