@@ -74,6 +74,11 @@ from tfprofile.runmetadata import read_run_metadata, step_records
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
+# A step's direction estimates the busy rate when it moves at least this much: enough to span
+# many round trips and more than a shaper's burst (tbf's bucket, a NIC's burst allowance),
+# so that the rate is the link's and not the first burst's. A small model's whole step (a
+# few hundred KB) qualifies; its burst is what the token bucket then carries.
+MIN_BUSY_BYTES = 4 * MIN_STREAM_BYTES
 MAX_IPERF_BYTES = 64 * 2**20
 
 
@@ -302,7 +307,7 @@ def _busy_rate(samples: list[StreamSample]) -> dict:
         for streams in steps.values():
             big = [s.send_ready_s for s in streams if s.size_bytes >= MIN_STREAM_BYTES]
             total = sum(s.size_bytes for s in streams)
-            if big and total >= 1_000_000:
+            if big and total >= MIN_BUSY_BYTES:
                 span = max(s.last_data_s for s in streams) - min(big)
                 if span > 0:
                     rates.append(total / span)

@@ -249,14 +249,14 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
             measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
             lab_run = _collect(setting, measure_dir, workers=workers, steps=setting.measure_steps, capture=False,
                                progress=progress)
-            shutil.rmtree(measure_dir / "trace", ignore_errors=True)
-            shutil.rmtree(measure_dir / "logs", ignore_errors=True)
             if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
                 break
             reruns += 1
             _say(f"[{setting.name}] W = {workers}, run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside "
                  "load: measuring again")
         measured = measured_throughput(lab_run.run_dir)
+        shutil.rmtree(measure_dir / "trace", ignore_errors=True)  # one traced step each: the profile has them
+        shutil.rmtree(measure_dir / "logs", ignore_errors=True)
         runs.append(measured["throughput_eps"])
         steps.append(measured["step_time_median_s"])
         loads.append(lab_run.load)
