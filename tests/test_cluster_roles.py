@@ -242,6 +242,10 @@ def test_one_ps_job_calibrates_profiles_and_predicts(lab, tasks, tmp_path):
     assert 150e6 < rate < 210e6
     assert record["placement"]["ps_tasks"] == 1 and record["placement"]["bytes_per_ps"] == [547504]
     assert not list(run.glob("*.incomplete"))
+    # Each host records its load while its task ran, and what of it was not the task's own.
+    load = record["host_load"]
+    assert load["wall_s"] > 1 and 0 < load["own_cores"] and 0 <= load["outside_cores"] <= load["machine_cores"]
+    assert "tfsim: host of worker0: " in chief.stderr
 
     cluster_json = tmp_path / "CLUSTER.json"
     result = tfsim("calibrate", run, "-o", cluster_json, env=env_with())

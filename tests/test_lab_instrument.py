@@ -10,7 +10,7 @@ import pytest
 
 from simulate.config import Colocation, TaskHosts
 from tfbase.errors import InputError, UsageError
-from tfsim.lab.load import LoadSample, machine_busy_s
+from tfbase.load import LoadSample, machine_busy_s
 from tfsim.lab.validate import LabSetting, measurement_stats, read_settings
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")

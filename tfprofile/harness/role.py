@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
+from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES, LoadMeter, LoadSample, reaped_children_s
 from tfprofile.harness.capture import (
     IPERF_PORT,
     IperfServer,
@@ -212,15 +213,26 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     server = IperfServer.start(role.iperf_port) if role.iperf_server else None
     task = None
     try:
-        task, lines = _start_task(config, role, work, work)
-        _watch(task, lines, config)
+        with LoadMeter(reaped_children_s) as meter:
+            task, lines = _start_task(config, role, work, work)
+            _watch(task, lines, config)
+            task.stop()  # reaped: its CPU time is counted as the task's own
     finally:
         if task is not None:
             task.stop()
         if server is not None:
             server.stop()
     shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
+    say_host_load(role.task.label, meter.sample)
     return None
+
+
+def say_host_load(label: str, sample: LoadSample) -> None:
+    """One stderr line: this host's load while its task ran, and how much of it was not the task."""
+    print(f"tfsim: host of {label}: {sample.machine_cores:.2f} cores busy while the task ran, "
+          f"{sample.outside_cores:.2f} beyond the task's own"
+          + (f" (more than {OUTSIDE_LOAD_LIMIT_CORES:g}: this run was measured on a loaded host)"
+             if sample.flagged else ""), file=sys.stderr, flush=True)
 
 
 def _ps_hosts(cluster: ClusterSpec) -> dict[str, list[int]]:
@@ -319,15 +331,19 @@ def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, over
 
             bar = tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} (worker0)",
                        unit="step", file=sys.stderr, dynamic_ncols=True)
-        task, lines = _start_task(config, role, partial, partial)
-        state = _watch(task, lines, config, bar)
-        if not state.finished:
-            raise CollectError(f"worker0 exited without finishing (log: {task.log_path})")
-        capture_record = None
-        if tcpdump is not None:
-            capture_record = _stop_capture(tcpdump, capture, role, partial)
-            tcpdump = None
-        extra = {"cluster_spec": role.cluster.as_dict(), "cluster_source": role.cluster_source,
+        with LoadMeter(reaped_children_s) as meter:
+            task, lines = _start_task(config, role, partial, partial)
+            state = _watch(task, lines, config, bar)
+            if not state.finished:
+                raise CollectError(f"worker0 exited without finishing (log: {task.log_path})")
+            task.stop()  # reaped: its CPU time is counted as the task's own
+            capture_record = None
+            if tcpdump is not None:  # tcpdump's CPU time too: it is part of the measurement
+                capture_record = _stop_capture(tcpdump, capture, role, partial)
+                tcpdump = None
+        say_host_load("worker0", meter.sample)
+        extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
+                 "cluster_source": role.cluster_source,
                  "task": {"role": "worker", "index": 0}, "hosts": _hosts_record(role),
                  "placement": _placement_record(config, role, partial), "iperf3_links": links}
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,

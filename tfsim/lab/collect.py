@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from tfbase.load import LoadMeter, LoadSample
 from tfprofile.harness.launcher import CollectConfig, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
-from tfsim.lab.load import LoadMeter, LoadSample
 from tfsim.lab.netns import EmulatedCluster, terminate_on_signals
 
 

@@ -41,6 +41,7 @@ from simulate.untrace import fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
 from tfbase.figures import pyplot, save_figure
 from tfbase.fileio import atomic_output, read_input, write_json, write_text
+from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
 from tfbase.units import parse_rate
 from tfprofile.harness.launcher import CollectConfig
@@ -48,7 +49,6 @@ from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
 from tfsim.lab.collect import HostQuotas, LabRun, collect_in_lab
-from tfsim.lab.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfsim.lab.measure import measured_throughput
 from tfsim.lab.netns import require_lab_tools
 

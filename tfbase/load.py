@@ -1,10 +1,10 @@
-"""The machine's load during a measurement, and the part of it the lab did not cause.
+"""A host's load during a measurement, and the part of it the measurement did not cause.
 
-The machine's busy time comes from ``/proc/stat`` (every CPU's user, nice, system, irq,
-softirq and steal time); the lab's own is the CPU time of its tasks' cgroups
-(:mod:`tfsim.lab.cgroups`) plus this process's. The difference, per second of wall time, is
-the outside load in cores: another job on the machine, which slows the tasks down in a way
-no model of the cluster should explain.
+The host's busy time comes from ``/proc/stat`` (every CPU's user, nice, system, irq, softirq
+and steal time); the measurement's own is what the caller counts (the lab: its tasks'
+cgroups; ``tfsim collect --role``: the task it started) plus this process's. The difference,
+per second of wall time, is the outside load in cores: another job on the host, which slows
+the tasks down in a way no model of the cluster should explain.
 """
 
 from __future__ import annotations
@@ -34,6 +34,12 @@ def own_process_s() -> float:
     return times.user + times.system
 
 
+def reaped_children_s() -> float:
+    """CPU seconds of this process's children that have exited and been waited for."""
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 @dataclasses.dataclass(frozen=True)
 class LoadSample:
     """The load over one measured interval, in cores (CPU seconds per second)."""
@@ -50,11 +56,16 @@ class LoadSample:
     def flagged(self) -> bool:
         return self.outside_cores > OUTSIDE_LOAD_LIMIT_CORES
 
+    def as_dict(self) -> dict:
+        return {"wall_s": self.wall_s, "machine_cores": self.machine_cores, "own_cores": self.lab_cores,
+                "outside_cores": self.outside_cores, "flagged": self.flagged}
+
 
 class LoadMeter:
     """Measure an interval: ``with LoadMeter(lab_cpu_s) as meter: ...``, then ``meter.sample``.
 
-    ``lab_cpu_s`` returns the CPU seconds the lab's tasks have used so far (their cgroups);
+    ``lab_cpu_s`` returns the CPU seconds the measured tasks have used so far (the lab's
+    cgroups, or :func:`reaped_children_s` for a task this process started and waited for);
     this process's own time is added to it.
     """
 
