@@ -1,6 +1,7 @@
 """The emulated cluster and the lab's quick preset, end to end (root, TensorFlow, iproute2)."""
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -49,7 +50,7 @@ def test_quick_preset_end_to_end(tmp_path):
     pytest.importorskip("tensorflow")
     before = set(list_namespaces())
     result = subprocess.run([sys.executable, "-m", "tfsim", "lab", "--preset", "quick", "--out", str(tmp_path),
-                             "--no-progress"], capture_output=True, text=True, timeout=900)
+                             "--repeat", "2", "--no-progress"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     with open(tmp_path / "results.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -57,14 +58,28 @@ def test_quick_preset_end_to_end(tmp_path):
     for row in rows:
         measured = float(row["measured_eps"])
         assert measured > 0
+        runs = [float(x) for x in row["measured_runs_eps"].split()]
+        assert int(row["repeats"]) == len(runs) == 2 and measured == pytest.approx(sum(runs) / 2, rel=1e-4)
+        assert float(row["measured_min_eps"]) <= measured <= float(row["measured_max_eps"])
+        # an equal share of the machine for each of the largest cluster's 3 tasks (1 PS, 2 workers)
+        assert row["hosts"] == "quota" and float(row["ps_cores"]) == pytest.approx(os.cpu_count() / 3, rel=1e-3)
+        run = json.loads((tmp_path / "tiny-100mbit" / f"measure-w{row['workers']}-r1" / "lab.json").read_text())
+        assert set(run["tasks"]) == {"ps0", *(f"w{k}" for k in range(int(row["workers"])))}
+        assert all(t["usage_s"] > 0 for t in run["tasks"].values())
+        assert run["load"]["outside_cores"] >= 0 and run["quotas"]["ps_cores"] == pytest.approx(float(row["ps_cores"]))
         for model in ("grpc", "http2", "fifo"):  # the lab reports today's gRPC model beside ICPE's
             predicted = float(row[f"predicted_{model}_eps"])
             assert predicted > 0
             assert float(row[f"error_{model}"]) == pytest.approx(predicted / measured - 1, abs=1e-4)
-    assert "| tiny-100mbit | 1 |" in (tmp_path / "results.md").read_text()
+    page = (tmp_path / "results.md").read_text()
+    share = os.cpu_count() / 3
+    assert f"| tiny-100mbit | PS {share:.2f}, w {share:.2f} | 1 |" in page and "measured again" in page
     assert (tmp_path / "tiny-100mbit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "tiny-100mbit" / "CLUSTER.json").exists()
     assert set(list_namespaces()) == before
+    from tfsim.lab.cgroups import PREFIX, find_hierarchy
+
+    assert not list(find_hierarchy().cpu.glob(f"{PREFIX}-{os.getpid()}-*"))  # the lab's groups are gone too
 
 
 def test_results_name_the_settings_that_miss_the_bars():
