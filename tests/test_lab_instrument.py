@@ -177,3 +177,48 @@ def test_predict_takes_a_host_per_task_from_the_command_line(capsys):
         "not both")
     assert main([*base, "--worker-cores", "0"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("tfsim: error: --worker-cores: must be between")
+
+
+def test_the_transport_sets_the_queue_in_time_or_bytes():
+    from tfsim.lab.netns import DEFAULT_QUEUE_MS, Transport, _tbf
+
+    assert Transport().queue_ms == DEFAULT_QUEUE_MS
+    shallow = _tbf(400_000_000, Transport(queue_ms=5))
+    assert shallow[shallow.index("latency") + 1] == "5ms" and "limit" not in shallow
+    deep = _tbf(400_000_000, Transport(queue_bytes=2_000_000))
+    assert deep[deep.index("limit") + 1] == "2000000" and "latency" not in deep
+    tiny = _tbf(100_000_000, Transport(queue_bytes=2000))  # never below one burst: tbf would refuse it
+    assert int(tiny[tiny.index("limit") + 1]) == 96 * 1024
+    assert Transport(congestion_control="cubic", slow_start_after_idle=False).sysctls() == [
+        "net.ipv4.tcp_congestion_control=cubic", "net.ipv4.tcp_slow_start_after_idle=0"]
+    for bad in (dict(queue_ms=0.0), dict(queue_bytes=10), dict(congestion_control="vegas")):
+        with pytest.raises(UsageError) as err:
+            Transport(**bad)
+        assert err.value.source == next(iter(bad))
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/proc/sys/net/ipv4/tcp_allowed_congestion_control"),
+                    reason="needs root")
+def test_a_congestion_control_is_allowed_for_the_run_and_the_list_restored():
+    import shutil
+
+    from tfsim.lab.netns import ALLOWED_CC, EmulatedCluster, Transport, allowed_congestion_control
+
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        pytest.skip("needs ip and tc")
+    available = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+    before = open(ALLOWED_CC).read().split()
+    other = next((cc for cc in ("cubic", "bbr", "reno") if cc in available and cc not in before), None)
+    if other is None:
+        pytest.skip("every congestion control here is allowed already")
+    transport = Transport(congestion_control=other, slow_start_after_idle=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        with allowed_congestion_control(other), EmulatedCluster(["a"], rate_bit=50_000_000,
+                                                                 transport=transport) as cluster:
+            assert other in open(ALLOWED_CC).read().split()
+            shown = subprocess.run([*cluster.hosts["a"].exec_prefix(), "sysctl", "-n",
+                                    "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_slow_start_after_idle"],
+                                   capture_output=True, text=True).stdout.split()
+            assert shown == [other, "0"]
+            raise RuntimeError("boom")
+    assert open(ALLOWED_CC).read().split() == before

@@ -61,6 +61,9 @@ PARAMETER_OPTIONS = {
     "gantt_workers": "--gantt-workers",
     "rate_bit": "--rate",
     "ps_tasks": "--ps",
+    "queue_ms": "--queue",
+    "queue_bytes": "--queue",
+    "congestion_control": "--cc",
     "delay_ms": "--latency",
     "output": "-o",
 }

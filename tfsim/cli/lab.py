@@ -45,7 +45,8 @@ def register(sub) -> None:
     what.add_argument("--settings", type=Path, metavar="FILE.toml",
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
-                           "profile_steps, measure_steps, warmup_steps)")
+                           "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
+                           "measure_steps, warmup_steps)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -66,6 +67,15 @@ def register(sub) -> None:
                        help="CPU quota of each worker task (default: an equal share)")
     hosts.add_argument("--colocated", action="store_true",
                        help="no quotas: every task shares this machine's cores (and is predicted so)")
+    link = p.add_argument_group("the links' transport")
+    link.add_argument("--queue", metavar="DEPTH",
+                      help="the shaper's queue: a time at the link rate (5ms, the default: what a data-centre "
+                           "port holds) or bytes (64kb, 2mb)")
+    link.add_argument("--cc", choices=("bbr", "cubic", "reno"),
+                      help="TCP congestion control in every namespace (default: the host's); allowed on the host "
+                           "for the run and restored after")
+    link.add_argument("--slow-start-after-idle", choices=("on", "off"),
+                      help="TCP's slow start after an idle period (default: the host's)")
     p.add_argument("--repeat", type=positive_int, default=3,
                    help="measurements per point, each on a fresh cluster (default: 3)")
     p.add_argument("--no-rerun", action="store_true",
@@ -112,10 +122,37 @@ def settings_of(args) -> tuple[str, list]:
             raise UsageError("only", f"no setting named {', '.join(unknown)} (settings: "
                                      f"{', '.join(s.name for s in settings)})")
         settings = [s for s in settings if s.name in only]
+    transport = transport_options(args)
+    if transport:
+        settings = [dataclasses.replace(s, **transport) for s in settings]
     if args.colocated or args.ps_cores is not None or args.worker_cores is not None:
         settings = [dataclasses.replace(s, colocated=args.colocated, ps_cores=args.ps_cores,
                                         worker_cores=args.worker_cores) for s in settings]
     return label, settings
+
+
+def transport_options(args) -> dict:
+    """The LabSetting fields that --queue, --cc and --slow-start-after-idle set."""
+    import re
+
+    from tfbase.errors import UsageError
+
+    out: dict = {}
+    if args.queue:
+        match = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|b|kb|mb|kib|mib)\s*", args.queue.lower())
+        if not match:
+            raise UsageError("queue", f"{args.queue!r} is not a time (5ms) or a size (64kb, 2mb)")
+        value, unit = float(match.group(1)), match.group(2)
+        if unit in ("ms", "s"):
+            out["queue_ms"], out["queue_bytes"] = value * (1000.0 if unit == "s" else 1.0), None
+        else:
+            scale = {"b": 1, "kb": 1000, "mb": 1000**2, "kib": 1024, "mib": 1024**2}[unit]
+            out["queue_bytes"] = int(value * scale)
+    if args.cc:
+        out["congestion_control"] = args.cc
+    if args.slow_start_after_idle:
+        out["slow_start_after_idle"] = args.slow_start_after_idle == "on"
+    return out
 
 
 def run(args) -> int:

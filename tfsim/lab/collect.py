@@ -8,7 +8,7 @@ from pathlib import Path
 from tfbase.load import LoadMeter, LoadSample
 from tfprofile.harness.launcher import CollectConfig, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
-from tfsim.lab.netns import EmulatedCluster, terminate_on_signals
+from tfsim.lab.netns import EmulatedCluster, Transport, allowed_congestion_control, terminate_on_signals
 
 
 def host_names(ps_tasks: int, workers: int) -> list[str]:
@@ -45,15 +45,18 @@ class LabRun:
 
 
 def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.0, progress: bool = True,
-                   overwrite: bool = False, quotas: HostQuotas | None = None) -> LabRun:
+                   overwrite: bool = False, quotas: HostQuotas | None = None,
+                   transport: Transport | None = None) -> LabRun:
     """Build a cluster with one namespace and one cgroup per task and ``rate_bit`` links, run the
-    job there, tear both down; return the :class:`LabRun`. With ``config.capture`` the capture
+    job there, tear both down; return the :class:`LabRun`. ``transport``: the links' queue and
+    TCP's settings (:class:`~tfsim.lab.netns.Transport`). With ``config.capture`` the capture
     is taken on the chief worker's ``eth0`` and iperf3 runs from the chief to PS 0 (both
     outside the tasks' cgroups: they are the measuring instruments, not the job)."""
     quotas = quotas or HostQuotas()
+    transport = transport or Transport()
     names = host_names(config.ps_tasks, config.workers)
-    with terminate_on_signals(), LabCgroups() as cgroups, \
-            EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms) as cluster:
+    with terminate_on_signals(), allowed_congestion_control(transport.congestion_control), LabCgroups() as cgroups, \
+            EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms, transport=transport) as cluster:
         groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]
         hosts = [cluster.hosts[n] for n in names]
         with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter:

@@ -100,14 +100,90 @@ def _kill_namespace_processes(ns: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
-def _tbf(rate_bit: int) -> list[str]:
+CONGESTION_CONTROLS = ("bbr", "cubic", "reno")
+ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+DEFAULT_QUEUE_MS = 5.0  # what a data-centre NIC or switch port holds: a few milliseconds of data
+
+
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    """How the emulated links queue and how TCP behaves on them (recorded with every result).
+
+    ``queue_ms`` is the shaper's queue as time at the link rate (tbf ``latency``); the default
+    is a few milliseconds, as a data-centre NIC or switch port holds, where a 50 ms queue
+    would hold 2.5 MB at 400 Mbit/s. ``queue_bytes`` gives it in bytes instead (tbf
+    ``limit``). ``congestion_control`` (bbr, cubic, reno; None: the host's default) and
+    ``slow_start_after_idle`` (None: the host's default) are set in every namespace.
+    """
+
+    queue_ms: float | None = DEFAULT_QUEUE_MS
+    queue_bytes: int | None = None
+    congestion_control: str | None = None
+    slow_start_after_idle: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue_bytes is not None:
+            if not 1500 <= self.queue_bytes <= 1 << 30:
+                raise UsageError("queue_bytes", f"must be between 1500 and 1 GiB, not {self.queue_bytes}")
+            object.__setattr__(self, "queue_ms", None)
+        elif self.queue_ms is None or not 0.1 <= self.queue_ms <= 10_000:
+            raise UsageError("queue_ms", f"must be between 0.1 and 10,000 ms, not {self.queue_ms}")
+        if self.congestion_control is not None and self.congestion_control not in CONGESTION_CONTROLS:
+            raise UsageError("congestion_control", f"must be one of {', '.join(CONGESTION_CONTROLS)}, "
+                                                   f"not {self.congestion_control!r}")
+
+    def describe(self) -> str:
+        queue = f"{self.queue_bytes} B" if self.queue_bytes is not None else f"{self.queue_ms:g} ms"
+        return (f"queue {queue}, {self.congestion_control or 'default'} congestion control, slow start after idle "
+                f"{'default' if self.slow_start_after_idle is None else 'on' if self.slow_start_after_idle else 'off'}")
+
+    def sysctls(self) -> list[str]:
+        out = []
+        if self.congestion_control is not None:
+            out.append(f"net.ipv4.tcp_congestion_control={self.congestion_control}")
+        if self.slow_start_after_idle is not None:
+            out.append(f"net.ipv4.tcp_slow_start_after_idle={int(self.slow_start_after_idle)}")
+        return out
+
+
+def _tbf(rate_bit: int, transport: Transport) -> list[str]:
     # The bucket must hold a whole GSO super-packet (veth hands tbf up to 64 KiB at once) and one
     # timer tick of traffic. A bucket alone would let an idle link send that much at veth speed,
     # a burst no real NIC makes, so a second bucket (peakrate, one packet deep) paces every
     # packet at just above the link rate.
     burst = max(96 * 1024, rate_bit // 8 // 250)
-    return ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), "latency", "50ms",
+    queue = (["limit", str(max(transport.queue_bytes, burst))] if transport.queue_bytes is not None
+             else ["latency", f"{transport.queue_ms:g}ms"])
+    return ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), *queue,
             "peakrate", f"{int(rate_bit * 1.02)}bit", "mtu", str(96 * 1024)]
+
+
+@contextlib.contextmanager
+def allowed_congestion_control(name: str | None) -> Iterator[None]:
+    """Let namespaces use ``name``: a namespace may only pick what the host's
+    ``tcp_allowed_congestion_control`` lists, so add it for the run and restore the list after."""
+    if name is None:
+        yield
+        return
+    try:
+        with open(ALLOWED_CC) as handle:
+            before = handle.read().split()
+    except OSError as err:
+        raise LabError(f"cannot read {ALLOWED_CC}: {err.strerror or err}") from None
+    changed = name not in before
+    if changed:
+        try:
+            with open(ALLOWED_CC, "w") as handle:
+                handle.write(" ".join([*before, name]))
+        except OSError as err:
+            raise LabError(f"cannot allow {name} congestion control ({ALLOWED_CC}): {err.strerror or err}; is its "
+                           "kernel module there (tcp_available_congestion_control)?") from None
+    try:
+        yield
+    finally:
+        if changed:
+            with open(ALLOWED_CC, "w") as handle:
+                handle.write(" ".join(before))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +203,7 @@ class EmulatedCluster:
     host_names: Sequence[str]
     rate_bit: int
     delay_ms: float = 0.0
+    transport: Transport = Transport()
     prefix: str = ""
     hosts: dict[str, Host] = dataclasses.field(default_factory=dict)
 
@@ -172,10 +249,13 @@ class EmulatedCluster:
                     except LabError as err:
                         raise LabError(f"cannot add latency: {err} (this kernel may lack the netem qdisc; "
                                        "use a latency of 0)") from None
-                    _in(ns, "tc", "qdisc", "add", "dev", "eth0", "parent", "1:", "handle", "2:", *_tbf(self.rate_bit))
+                    _in(ns, "tc", "qdisc", "add", "dev", "eth0", "parent", "1:", "handle", "2:",
+                        *_tbf(self.rate_bit, self.transport))
                 else:
-                    _in(ns, "tc", "qdisc", "add", "dev", "eth0", "root", *_tbf(self.rate_bit))
-                _in(br, "tc", "qdisc", "add", "dev", f"v{n}", "root", *_tbf(self.rate_bit))
+                    _in(ns, "tc", "qdisc", "add", "dev", "eth0", "root", *_tbf(self.rate_bit, self.transport))
+                _in(br, "tc", "qdisc", "add", "dev", f"v{n}", "root", *_tbf(self.rate_bit, self.transport))
+                for setting in self.transport.sysctls():
+                    _in(ns, "sysctl", "-q", "-w", setting)
                 self.hosts[name] = Host(name, ns, f"{SUBNET}.{n}")
         except BaseException:
             self.down()

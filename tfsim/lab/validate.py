@@ -50,7 +50,7 @@ from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
 from tfsim.lab.collect import HostQuotas, LabRun, collect_in_lab
 from tfsim.lab.measure import measured_throughput
-from tfsim.lab.netns import require_lab_tools
+from tfsim.lab.netns import DEFAULT_QUEUE_MS, Transport, require_lab_tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +79,10 @@ class LabSetting:
     ps_cores: float | None = None
     worker_cores: float | None = None
     colocated: bool = False
+    queue_ms: float | None = DEFAULT_QUEUE_MS
+    queue_bytes: int | None = None
+    congestion_control: str | None = None
+    slow_start_after_idle: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -92,6 +96,7 @@ class LabSetting:
         for name in ("profile_steps", "measure_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
+        self.transport()
         if self.colocated and (self.ps_cores is not None or self.worker_cores is not None):
             raise UsageError("ps_cores", "co-located tasks share the machine's cores: no quotas with colocated")
         for name in ("ps_cores", "worker_cores"):
@@ -99,6 +104,10 @@ class LabSetting:
             if value is not None and not (MIN_QUOTA_CORES <= value <= MACHINE_CORES):
                 raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
                                        f"cores, not {value:g}")
+
+    def transport(self) -> Transport:
+        """The links' queue and TCP's settings (checked on construction)."""
+        return Transport(self.queue_ms, self.queue_bytes, self.congestion_control, self.slow_start_after_idle)
 
     @property
     def env(self) -> tuple[tuple[str, str], ...]:
@@ -154,7 +163,8 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
 }
 
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
-RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "hosts", "ps_cores", "worker_cores",
+RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "transport", "hosts", "ps_cores",
+                  "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
                   "measured_ci95_eps", "measured_runs_eps",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
@@ -178,7 +188,8 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
         workers=workers, ps_tasks=setting.ps_tasks, intra_op_threads=1, inter_op_threads=1, capture=capture,
         zero_init=True, env=setting.env, iperf_repeats=3, iperf_seconds=2.0, timeout_s=1800.0,
     )
-    return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True, quotas=setting.quotas())
+    return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True, quotas=setting.quotas(),
+                          transport=setting.transport())
 
 
 def untraced_step_s(run_dir: Path) -> float | None:
@@ -280,7 +291,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
     out_dir.mkdir(parents=True, exist_ok=True)
     _say(f"[{setting.name}] profiling with {setting.ps_tasks} PS and 1 worker (capture + iperf3; "
-         f"{setting.hosts_text()})")
+         f"{setting.hosts_text()}; {setting.transport().describe()})")
     run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profile_steps, capture=True,
                        progress=progress).run_dir
     calibration = calibrate_run(run_dir)
@@ -321,6 +332,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
             "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks,
             "window": "65535 (pinned)" if setting.grpc_options else "default",
+            "transport": setting.transport().describe(),
             "hosts": "co-located" if setting.colocated else "quota",
             "ps_cores": quotas.ps_cores, "worker_cores": quotas.worker_cores, "workers": w,
             "repeats": len(point["runs"]), "measured_eps": stats["mean"], "measured_min_eps": stats["min"],
@@ -387,6 +399,8 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"- outside load (CPU the lab did not cause, per run): at most {frame['outside_load_cores'].max():.2f} "
         f"cores; {len(loaded)} point(s) with a run above {OUTSIDE_LOAD_LIMIT_CORES:g} cores "
         f"({int(frame['reruns'].sum())} run(s) measured again because of it)",
+        *(f"- {name}: {transport}" for name, transport in
+          frame.groupby("setting", sort=False)["transport"].first().items()),
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
         f"mean |error| (grpc model, the default): {grpc_err.mean() * 100:.1f}%, max {grpc_err.max() * 100:.1f}%; "
         f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%; grpc inside the measured "
