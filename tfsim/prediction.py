@@ -54,6 +54,42 @@ def format_table(frame) -> str:
     return show[cols].to_string(index=False)
 
 
+def format_costs(frame) -> str:
+    """The cost of each configuration (:func:`simulate.planning.add_costs`), with ``+`` on the
+    configurations that no other beats on both throughput and cost per hour."""
+    from simulate.planning import pareto_front
+
+    show = frame.copy()
+    front = set(pareto_front(frame).index)
+    show["thr (ex/s)"] = show["throughput_eps"].map(lambda x: f"{x:,.1f}")
+    show["$/hour"] = show["usd_per_hour"].map(lambda x: f"{x:,.2f}")
+    show["$/M examples"] = show["usd_per_million_examples"].map(lambda x: f"{x:,.2f}")
+    show["front"] = ["+" if i in front else "" for i in show.index]
+    keys = [c for c in ("policy", "sharing", "mode", "servers") if frame[c].nunique() > 1]
+    cols = keys + ["workers", "thr (ex/s)", "$/hour", "$/M examples"]
+    if "hours_per_epoch" in show:
+        show["h/epoch"] = show["hours_per_epoch"].map(lambda x: f"{x:,.2f}")
+        cols.append("h/epoch")
+    return show[cols + ["front"]].to_string(index=False)
+
+
+def plan_fields(row) -> dict:
+    """The JSON of the cheapest configuration, and its sentence."""
+    servers = row["servers"] if row.get("servers") == row.get("servers") and row.get("servers") is not None else None
+    fields = {"workers": int(row["workers"]), "servers": None if servers is None else int(servers),
+              "transfer": row["policy"], "throughput_eps": float(row["throughput_eps"]),
+              "usd_per_hour": float(row["usd_per_hour"]),
+              "usd_per_million_examples": float(row["usd_per_million_examples"])}
+    if "hours_per_epoch" in row:
+        fields["hours_per_epoch"] = float(row["hours_per_epoch"])
+    ps = "" if servers is None else f", {int(servers)} PS"
+    epoch = f", {fields['hours_per_epoch']:,.2f} h per epoch" if "hours_per_epoch" in fields else ""
+    fields["text"] = (f"cheapest that meets the target: W = {fields['workers']}{ps} ({row['policy']}): "
+                      f"{fields['throughput_eps']:,.1f} examples/s at ${fields['usd_per_hour']:,.2f}/hour, "
+                      f"${fields['usd_per_million_examples']:,.2f} per million examples{epoch}")
+    return fields
+
+
 def format_ordering_summary(summary) -> str:
     """The per-policy comparison as a terminal table."""
     show = summary.copy()

@@ -56,6 +56,20 @@ def register(sub) -> None:
                    help="write a Chrome trace (Perfetto, chrome://tracing) of a simulated run")
     p.add_argument("--trace-workers", type=positive_int, help="workers in the traced run (default: the largest W)")
     p.add_argument("--trace-steps", type=positive_int, default=3, help="steps per worker in the trace (default: 3)")
+    plan = p.add_argument_group("cost and what-ifs")
+    plan.add_argument("--price", metavar="worker=P,ps=P",
+                      help="$/hour of a worker host and of a PS host: adds $/hour and $ per million examples, and "
+                           "the configurations no other beats on both throughput and cost")
+    plan.add_argument("--examples", type=float, metavar="N", help="an epoch's examples: adds hours per epoch")
+    plan.add_argument("--target", type=float, metavar="EPS",
+                      help="with --price: the cheapest configuration reaching this many examples/s")
+    plan.add_argument("--deadline", type=float, metavar="HOURS",
+                      help="with --price and --examples: the cheapest configuration finishing an epoch in time")
+    plan.add_argument("--compute-scale", type=float, default=1.0, metavar="F",
+                      help="what-if: the workers' computation takes F times as long (0.5: a host twice as fast); "
+                           "transfers and the calibration stay as they are")
+    plan.add_argument("--ps-compute-scale", type=float, default=1.0, metavar="F",
+                      help="what-if: the parameter servers' computation takes F times as long")
     add_output_options(p)
     p.set_defaults(handler=run)
 
@@ -68,7 +82,9 @@ def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
+    from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
+    from simulate.whatif import scale_compute
     from tfbase.figures import save_figure
     from tfbase.fileio import Outputs, atomic_output, write_json
     from tfbase.units import format_rate, parse_rate
@@ -76,10 +92,12 @@ def run(args) -> int:
     from tfsim.cli.console import console
     from tfsim.plots import throughput_figure
     from tfsim.prediction import (
+        format_costs,
         format_ordering_summary,
         format_table,
         ordering_fields,
         ordering_summary,
+        plan_fields,
         prediction_document,
     )
 
@@ -91,7 +109,12 @@ def run(args) -> int:
         trace_out = outputs.file(args.trace_out, "--trace-out") if args.trace_out else None
         console.text_to_stderr = outputs.to_stdout
 
-        profile = load_profile(args.profile)
+        profile = scale_compute(load_profile(args.profile), worker=args.compute_scale, ps=args.ps_compute_scale)
+        prices = Prices.parse(args.price) if args.price else None
+        if (args.target is not None or args.deadline is not None) and prices is None:
+            raise UsageError("--target" if args.target is not None else "--deadline", "needs --price")
+        if args.deadline is not None and args.examples is None:
+            raise UsageError("--deadline", "needs --examples (an epoch's size)")
         cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
         if args.transfer is None:
             args.transfer = cluster.default_transfer
@@ -135,6 +158,14 @@ def run(args) -> int:
             if "random_spread" in extra:
                 print(extra["random_spread"], file=out)
             print(extra["ordering_verdict"], file=out)
+        if prices is not None:
+            frame = add_costs(frame, prices, servers=max(profile.graph.n_servers, 1), examples=args.examples)
+            print(file=out)
+            print(format_costs(frame), file=out)
+            if args.target is not None or args.deadline is not None:
+                best = cheapest(frame, target_eps=args.target, deadline_h=args.deadline)
+                extra["plan"] = plan_fields(best)
+                print(extra["plan"]["text"], file=out)
         if json_out is not None:
             write_json(json_out, prediction_document(frame, profile_path=args.profile, cluster=cluster, extra=extra))
         if csv_out is not None:

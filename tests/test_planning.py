@@ -1,0 +1,118 @@
+"""Cost, the cheapest configuration, the Pareto front and compute what-ifs (simulate.planning, simulate.whatif)."""
+
+import itertools
+import json
+import math
+import os
+
+import pandas as pd
+import pytest
+
+import tfprofile
+from simulate.planning import Prices, add_costs, cheapest, pareto_front
+from simulate.whatif import scale_compute
+from tfbase.errors import UsageError
+from tfprofile.dag import Resource
+
+DATA = os.path.join(os.path.dirname(__file__), "..", "data")
+
+
+def _catalogue():
+    """A small table: W = 1..6 and M = 1..2, throughput saturating in W and growing with M."""
+    rows = [{"workers": w, "servers": m, "throughput_eps": min(300.0 * w, 900.0 * m) * (1 - 0.02 * w)}
+            for w, m in itertools.product(range(1, 7), (1, 2))]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("target", [250.0, 600.0, 900.0, 1300.0])
+def test_the_cheapest_configuration_is_what_brute_force_finds(target):
+    prices = Prices(worker_usd_per_h=2.48, ps_usd_per_h=0.68)
+    frame = add_costs(_catalogue(), prices, servers=1)
+    best = cheapest(frame, target_eps=target)
+    brute = min(((w * 2.48 + m * 0.68) / (t * 3600) * 1e6, w + m, w, m)
+                for w, m, t in frame[["workers", "servers", "throughput_eps"]].itertuples(index=False)
+                if t >= target)
+    assert (int(best["workers"]), int(best["servers"])) == (brute[2], brute[3])
+    assert best["usd_per_million_examples"] == pytest.approx(brute[0])
+
+
+def test_a_deadline_needs_an_epoch_and_is_met_by_the_cheapest_fast_enough():
+    frame = add_costs(_catalogue(), Prices(1.0, 1.0), servers=1, examples=1e7)
+    best = cheapest(frame, deadline_h=5.0)
+    assert best["hours_per_epoch"] <= 5.0
+    fast_enough = frame[frame["hours_per_epoch"] <= 5.0]
+    assert best["usd_per_million_examples"] == pytest.approx(fast_enough["usd_per_million_examples"].min())
+    with pytest.raises(UsageError) as err:
+        cheapest(add_costs(_catalogue(), Prices(1.0), servers=1), deadline_h=5.0)
+    assert err.value.source == "deadline_h"
+    with pytest.raises(UsageError) as err:
+        cheapest(frame, target_eps=1e9)
+    assert err.value.source == "target_eps" and "the best: 1,584.0 examples/s" in str(err.value)
+
+
+def test_the_pareto_front_keeps_only_configurations_nothing_beats():
+    frame = add_costs(_catalogue(), Prices(2.0, 1.0), servers=1)
+    front = pareto_front(frame)
+    for _, row in front.iterrows():
+        thr, usd = frame["throughput_eps"], frame["usd_per_hour"]
+        better = frame[(thr >= row["throughput_eps"]) & (usd <= row["usd_per_hour"])
+                       & ((thr > row["throughput_eps"]) | (usd < row["usd_per_hour"]))]
+        assert better.empty
+    dominated = frame.drop(front.index)
+    assert all(((front["throughput_eps"] >= t) & (front["usd_per_hour"] <= c)).any()
+               for t, c in dominated[["throughput_eps", "usd_per_hour"]].itertuples(index=False))
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("worker=-1", "between 0 and"), ("worker=abc", "not a number"), ("gpu=3", "not worker=PRICE"),
+    ("worker=1,worker=2", "priced twice"), ("worker=0,ps=0", "both"), ("worker=nan", "between 0 and"),
+])
+def test_bad_prices_name_the_option(text, problem):
+    with pytest.raises(UsageError) as err:
+        Prices.parse(text)
+    assert err.value.source == "price" and problem in str(err.value)
+
+
+def test_compute_what_ifs_scale_only_their_role():
+    profile = tfprofile.load_profile(os.path.join(DATA, "profiles", "tiny.npz"))
+    faster = scale_compute(profile, worker=0.5, ps=2.0)
+    kinds = profile.graph.resource
+    worker, ps = kinds == Resource.WORKER, kinds == Resource.PS
+    assert faster.duration_s[:, worker] == pytest.approx(profile.duration_s[:, worker] * 0.5)
+    assert faster.duration_s[:, ps] == pytest.approx(profile.duration_s[:, ps] * 2.0)
+    links = (kinds == Resource.DOWNLINK) | (kinds == Resource.UPLINK)
+    assert (faster.duration_s[:, links] == profile.duration_s[:, links]).all()
+    assert scale_compute(profile) is profile
+    for bad in (dict(worker=0.0), dict(ps=-1.0), dict(worker=math.inf)):
+        with pytest.raises(UsageError) as err:
+            scale_compute(profile, **bad)
+        assert err.value.source == ("compute_scale" if "worker" in bad else "ps_compute_scale")
+
+
+def test_predict_prices_plans_and_what_ifs_from_the_command_line(tmp_path, capsys):
+    from tfsim.cli import main
+
+    base = ["predict", os.path.join(DATA, "profiles", "tiny.npz"), "--cluster",
+            os.path.join(DATA, "clusters", "lab-1gbit.json"), "--workers", "1-4", "--steps", "80", "--warmup", "10",
+            "--no-progress", "--jobs", "1"]
+    out = tmp_path / "p.json"
+    assert main([*base, "--price", "worker=2.48,ps=0.68", "--examples", "1e6", "--target", "1000",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    document = json.loads(out.read_text())
+    plan = document["plan"]
+    rows = document["rows"]
+    meeting = [r for r in rows if r["throughput_eps"] >= 1000]
+    assert plan["usd_per_million_examples"] == pytest.approx(min(r["usd_per_million_examples"] for r in meeting))
+    assert plan["text"] in text and "$/M examples" in text
+    assert all(r["usd_per_hour"] == pytest.approx(r["workers"] * 2.48 + 0.68) for r in rows)
+    slow = tmp_path / "slow.json"
+    assert main([*base, "--compute-scale", "4", "--json", str(slow)]) == 0
+    capsys.readouterr()
+    assert json.loads(slow.read_text())["rows"][0]["throughput_eps"] < rows[0]["throughput_eps"]
+    for extra, line in ((["--target", "5"], "tfsim: error: --target: needs --price"),
+                        (["--price", "worker=1", "--deadline", "2"], "tfsim: error: --deadline: needs --examples"),
+                        (["--price", "worker=-2"], "tfsim: error: --price: a price must be between 0 and"),
+                        (["--compute-scale", "0"], "tfsim: error: --compute-scale: must be a factor above 0")):
+        assert main([*base, *extra]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)
