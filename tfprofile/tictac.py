@@ -558,7 +558,13 @@ def _bottlenecks(graph: OpGraph, time_s: np.ndarray) -> list[str]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ProfileEfficiency:
-    """Eqs. 1-4 for every profiled step (arrays of length S), from the recorded durations."""
+    """Eqs. 1-4 for every profiled step (arrays of length S).
+
+    ``times`` says where the op times come from: ``"dedicated"`` (transfers at size/B, the
+    link alone, as TicTac §3.1 assumes; computation as profiled) or ``"recorded"`` (the
+    trace's durations, which overlap on a resource when transfers ran concurrently). E is
+    NaN in a step whose makespan lies outside [L, U]: there it measures no schedule.
+    """
 
     upper_s: np.ndarray
     lower_s: np.ndarray
@@ -566,6 +572,8 @@ class ProfileEfficiency:
     efficiency: np.ndarray
     speedup: np.ndarray
     bottleneck: tuple[str, ...]
+    times: str = "dedicated"
+    steps_outside_bounds: int = 0
 
     def summary(self) -> dict[str, object]:
         """Mean and median of each quantity over the steps where it is defined (None if nowhere)."""
@@ -576,21 +584,51 @@ class ProfileEfficiency:
 
         labels, counts = np.unique(np.array(self.bottleneck, dtype=str), return_counts=True)
         return {
-            "steps": len(self.makespan_s),
+            "steps": len(self.makespan_s), "times": self.times,
             "efficiency": stats(self.efficiency), "speedup": stats(self.speedup),
             "makespan_s": stats(self.makespan_s), "upper_s": stats(self.upper_s), "lower_s": stats(self.lower_s),
             "bottleneck": str(labels[np.argmax(counts)]) if len(labels) else None,
             "steps_lower_above_makespan": int((self.lower_s > self.makespan_s).sum()),
+            "steps_outside_bounds": self.steps_outside_bounds,
         }
 
 
-def profile_efficiency(profile: Profile) -> ProfileEfficiency:
-    """E and S of every profiled step: per-step recorded durations and ``profile.step_makespan_s``."""
-    upper, lower = makespan_bounds(profile.graph, profile.duration_s)
+def dedicated_times(profile: Profile, bandwidth_Bps) -> np.ndarray:
+    """Per-step op times with every transfer alone on its link: size / B (``bandwidth_Bps``: one
+    rate, or (downlink, uplink)); computation as profiled. Shape (S, n_ops)."""
+    down, up = (bandwidth_Bps, bandwidth_Bps) if np.isscalar(bandwidth_Bps) else bandwidth_Bps
+    for rate in (down, up):
+        if not (rate is not None and math.isfinite(rate) and rate > 0):
+            raise UsageError("bandwidth_Bps", f"a link rate must be positive, not {rate}")
+    graph = profile.graph
+    time_s = np.array(profile.duration_s, dtype=np.float64)
+    size = graph.size_bytes.astype(np.float64)
+    for resource, rate in ((Resource.DOWNLINK, down), (Resource.UPLINK, up)):
+        mask = graph.resource == resource
+        time_s[:, mask] = size[mask] / float(rate)
+    return time_s
+
+
+def profile_efficiency(profile: Profile, bandwidth_Bps=None) -> ProfileEfficiency:
+    """E and S of every profiled step, against ``profile.step_makespan_s``.
+
+    With ``bandwidth_Bps`` (one rate, or (downlink, uplink); e.g. the calibrated cluster's),
+    the bounds use dedicated times (:func:`dedicated_times`), as TicTac §3.1 defines them.
+    Without, the recorded durations: on a trace whose transfers overlapped (a loopback run's
+    RecvTensor spans) L then exceeds what the link did, and E is not meaningful; such steps,
+    and any whose makespan lies outside [L, U], get E = NaN (counted in
+    ``steps_outside_bounds``), so that E is always in [0, 1] where it is given.
+    """
+    time_s = profile.duration_s if bandwidth_Bps is None else dedicated_times(profile, bandwidth_Bps)
+    upper, lower = makespan_bounds(profile.graph, time_s)
     makespan = profile.step_makespan_s
-    return ProfileEfficiency(upper_s=upper, lower_s=lower, makespan_s=makespan.copy(),
-                             efficiency=efficiency(upper, lower, makespan), speedup=speedup(upper, lower),
-                             bottleneck=tuple(_bottlenecks(profile.graph, profile.duration_s)))
+    values = efficiency(upper, lower, makespan)
+    outside = np.isfinite(values) & ((values < 0) | (values > 1))
+    values = np.where(outside, np.nan, values)
+    return ProfileEfficiency(upper_s=upper, lower_s=lower, makespan_s=makespan.copy(), efficiency=values,
+                             speedup=speedup(upper, lower), bottleneck=tuple(_bottlenecks(profile.graph, time_s)),
+                             times="recorded" if bandwidth_Bps is None else "dedicated",
+                             steps_outside_bounds=int(outside.sum()))
 
 
 # ---------------------------------------------------------------------------- TicTac's priority file

@@ -85,7 +85,7 @@ def run(args) -> int:
         ordering = tictac.compute_ordering(profile, args.policy, bandwidth_Bps=args.bandwidth, seed=args.seed)
         tictac.write_priorities(output, ordering)
         outputs.commit()
-    summary = tictac.profile_efficiency(profile).summary()
+    summary = tictac.profile_efficiency(profile, args.bandwidth).summary()
     servers = sorted({int(s) for s in ordering.server})
     report = {
         "profile": str(args.profile),
@@ -122,7 +122,10 @@ def _format_text(report: dict, summary: dict) -> str:
         f"L ({summary['bottleneck']}) median {_number(summary['lower_s']['median'])} s, "
         f"makespan median {_number(summary['makespan_s']['median'])} s",
     ]
-    if summary["steps_lower_above_makespan"]:
-        lines.append(f"note: in {summary['steps_lower_above_makespan']} of {summary['steps']} steps L exceeds the "
-                     "makespan (recorded op durations overlap on one resource), so E > 1 there")
+    if summary["times"] == "recorded":
+        lines.append("note: E and S from the trace's recorded durations; give --bandwidth (the link rate) for "
+                     "TicTac's dedicated times (transfers at size/B)")
+    if summary["steps_outside_bounds"]:
+        lines.append(f"note: in {summary['steps_outside_bounds']} of {summary['steps']} steps the makespan lies "
+                     "outside [L, U]: E is left out there")
     return "\n".join(lines)

@@ -192,7 +192,7 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     ready()
     profile, cluster, measured, workers, reference = (plan.profile, plan.cluster, plan.measured, plan.workers,
                                                       plan.reference)
-    job = job_facts(profile)
+    job = job_facts(profile, cluster)
 
     say(f"[2/4] predicting W = {request.workers} with {', '.join(report_transfers(reference))} "
         f"({request.steps} steps per worker)")

@@ -120,9 +120,10 @@ def calibration_plots(cluster_path: Path | None, plots_dir: Path | None) -> list
     return [(PLOT_CAPTIONS.get(p.stem, p.stem), p) for p in sorted(plots_dir.glob("*.png"))]
 
 
-def job_facts(profile) -> dict:
-    """The profiled job: ``tfsim profile --summary`` and TicTac's E and S of the profiled steps
-    (``tfsim order --json``)."""
+def job_facts(profile, cluster=None) -> dict:
+    """The profiled job: ``tfsim profile --summary`` and TicTac's E and S of the profiled steps,
+    with the cluster's link rates for the transfers (dedicated times, TicTac §3.1) when given."""
     facts = summarize(profile)
-    facts["tictac"] = profile_efficiency(profile).summary()
+    rates = None if cluster is None else (cluster.downlink_Bps, cluster.uplink_Bps)
+    facts["tictac"] = profile_efficiency(profile, rates).summary()
     return facts

@@ -203,9 +203,13 @@ def _job_section(report) -> str:
             ["m (ms)", num(tictac["makespan_s"]["mean"], ",.1f", 1e3),
              num(tictac["makespan_s"]["median"], ",.1f", 1e3)]]
     parts.append(table(["quantity", "mean", "median"], rows, numeric={1, 2}))
-    if tictac["steps_lower_above_makespan"]:
-        parts.append(f'<p class="note">In {tictac["steps_lower_above_makespan"]} of {tictac["steps"]} steps L exceeds '
-                     "the makespan (recorded durations overlap on one resource), so E exceeds 1 there.</p>")
+    times = ("transfers timed at size/B with the cluster's bandwidth (each alone on its link, as TicTac assumes), "
+             "computation as profiled" if tictac.get("times") == "dedicated" else
+             "the trace's recorded durations: E needs a cluster's bandwidth to mean something")
+    parts.append(f'<p class="note">Op times: {esc(times)}.</p>')
+    if tictac.get("steps_outside_bounds"):
+        parts.append(f'<p class="note">In {tictac["steps_outside_bounds"]} of {tictac["steps"]} steps the makespan '
+                     "lies outside [L, U]; E is not defined there and left out.</p>")
     return "\n".join(parts)
 
 
