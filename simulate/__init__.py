@@ -34,6 +34,7 @@ _PUBLIC = {
     "SimConfig": "simulate.config",
     "Colocation": "simulate.config",
     "TaskHosts": "simulate.config",
+    "WorkerSpeeds": "simulate.config",
     "Mode": "simulate.config",
     "Sharing": "simulate.config",
     "Transfer": "simulate.config",

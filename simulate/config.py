@@ -15,6 +15,9 @@ MAX_SERVERS = 256
 MAX_WORKER_STEPS = 20_000_000  # W x N of one simulation: its (W, N) arrays take 24 bytes per entry (480 MB)
 MAX_SEED = 2**32 - 1
 MAX_CORES = 100_000.0
+MIN_SPEED, MAX_SPEED = 0.001, 1000.0  # a worker's computation speed relative to the profiled host
+MAX_SPEED_SIGMA = 3.0  # a lognormal wider than this puts workers 1000x apart: not stragglers any more
+SPEED_STREAM = 0x5EED  # the seed stream of sampled speeds, apart from the step samples' (same seed)
 MIN_CORES = 0.01
 MAX_STAGGER = 1000.0  # in profiled steps
 MAX_TRACE_CHUNKS = 1_000_000  # chunks a traced run records (a Chrome trace of about 200 MB)
@@ -170,6 +173,48 @@ def host_model(colocation=None, cores: float | None = None):
 
 
 @dataclasses.dataclass(frozen=True)
+class WorkerSpeeds:
+    """How fast each worker's host computes, relative to the profiled one (docs/model.md §4.6).
+
+    ``factors`` gives worker 0, 1, ... their speeds (workers beyond the list run at 1); with
+    ``sigma``, every worker's speed is drawn from a lognormal of median 1 and that σ instead,
+    seeded by ``seed``, worker by worker, so that a worker keeps its speed at every W.
+    Callable with the worker count, so that one value fits a sweep.
+
+    Examples
+    --------
+    >>> WorkerSpeeds(factors=(1.0, 0.5))(3)
+    (1.0, 0.5, 1.0)
+    >>> len(set(WorkerSpeeds(sigma=0.3, seed=1)(4)))
+    4
+    """
+
+    factors: tuple[float, ...] = ()
+    sigma: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        factors = tuple(float(x) for x in self.factors)
+        if any(not (MIN_SPEED <= x <= MAX_SPEED) for x in factors):
+            raise UsageError("worker_speed", f"speed factors must be between {MIN_SPEED:g} and {MAX_SPEED:g}, not "
+                                             f"{', '.join(f'{x:g}' for x in factors)}")
+        object.__setattr__(self, "factors", factors)
+        if self.sigma is not None and not (math.isfinite(self.sigma) and 0 < self.sigma <= MAX_SPEED_SIGMA):
+            raise UsageError("worker_speed", f"a lognormal sigma must be above 0 and at most {MAX_SPEED_SIGMA:g}, "
+                                             f"not {self.sigma}")
+        if factors and self.sigma is not None:
+            raise UsageError("worker_speed", "give speed factors or a lognormal sigma, not both")
+
+    def __call__(self, workers: int) -> tuple[float, ...]:
+        if self.sigma is not None:
+            import numpy as np
+
+            draws = np.random.default_rng([self.seed, SPEED_STREAM]).lognormal(0.0, self.sigma, size=workers)
+            return tuple(float(min(MAX_SPEED, max(MIN_SPEED, x))) for x in draws)
+        return tuple(self.factors[w] if w < len(self.factors) else 1.0 for w in range(workers))
+
+
+@dataclasses.dataclass(frozen=True)
 class SimConfig:
     """Settings of one simulation run.
 
@@ -179,7 +224,9 @@ class SimConfig:
     ``trace_steps`` steps, for timelines. ``start_offsets_s`` (one per worker; None: all 0)
     is when each worker starts its first step: real workers never start at one instant, and
     workers started together stay in lock step in a deterministic model (see
-    :func:`simulate.sweep.staggered_starts`).
+    :func:`simulate.sweep.staggered_starts`). ``worker_speed`` (one factor per worker; None:
+    all 1) is how fast each worker's host computes relative to the profiled one: a straggler
+    at 0.5 takes twice as long for its computation and its parsing (docs/model.md §4.6).
     """
 
     workers: int
@@ -193,6 +240,7 @@ class SimConfig:
     colocation: Colocation | None = None
     trace_steps: int = 0
     start_offsets_s: tuple[float, ...] | None = None
+    worker_speed: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
@@ -209,6 +257,12 @@ class SimConfig:
             if len(offsets) != self.workers or not all(math.isfinite(x) and x >= 0 for x in offsets):
                 raise UsageError("start_offsets_s", f"needs {self.workers} finite, non-negative start times")
             object.__setattr__(self, "start_offsets_s", offsets)
+        if self.worker_speed is not None:
+            speeds = tuple(float(x) for x in self.worker_speed)
+            if len(speeds) != self.workers or not all(MIN_SPEED <= x <= MAX_SPEED for x in speeds):
+                raise UsageError("worker_speed", f"needs {self.workers} speed factors between {MIN_SPEED:g} and "
+                                                 f"{MAX_SPEED:g}")
+            object.__setattr__(self, "worker_speed", speeds)
         if not isinstance(self.warmup, int) or not 0 <= self.warmup < self.steps:
             raise UsageError("warmup", f"must be at least 0 and below steps ({self.steps}), not {self.warmup}")
         if self.sharing is Sharing.FLOW_CAP:

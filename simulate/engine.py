@@ -182,6 +182,7 @@ class KernelInputs(NamedTuple):
     slot_scheduler: np.ndarray     # (n_slots,) a Scheduler code
     slot_queue_cap: np.ndarray     # (n_slots,) ops one worker can have queued on the slot
     slot_host: np.ndarray          # (W * n_slots,) the host of each computation slot, or -1
+    slot_work_scale: np.ndarray    # (W * n_slots,) a computation's work there is multiplied by this (stragglers)
     link_capacity_Bps: np.ndarray  # (2M,) links m (server m's downlink) and M + m (its uplink): peak rates
     link_sustained_Bps: np.ndarray  # (2M,) the rate once a link's tokens run out (= peak without a bucket)
     link_bucket_bytes: np.ndarray  # (2M,) token bucket size; 0: no bucket, the peak is sustained
@@ -271,6 +272,12 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
                 slot_host[w * n_slots + layout.ps(m)] = col.server_host[m]
                 slot_host[w * n_slots + layout.ps_parse(m)] = col.server_host[m]
         host_cores = np.array(col.cores, dtype=np.float64)
+    slot_work_scale = np.ones(W * n_slots)
+    if config.worker_speed is not None:
+        # A slow worker's host computes and parses slowly; its links and its PS ops are not its own.
+        for w, speed in enumerate(config.worker_speed):
+            slot_work_scale[w * n_slots + layout.worker] = 1.0 / speed
+            slot_work_scale[w * n_slots + layout.worker_parse] = 1.0 / speed
     flows = (cluster.flow_downlink, cluster.flow_uplink)  # in Direction order
     K = max(len(f.window_timeline) for f in flows)
     window_t = np.zeros((len(flows), K))
@@ -285,6 +292,7 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         op_fifo_link=graph.fifo_link,
         work=graph.work, priority=graph.priority, samples=samples, n_slots=n_slots, slot_link=slot_link,
         slot_scheduler=slot_scheduler, slot_queue_cap=slot_queue_cap, slot_host=slot_host,
+        slot_work_scale=slot_work_scale,
         link_capacity_Bps=link_capacity, link_sustained_Bps=link_sustained, link_bucket_bytes=link_bucket,
         link_queue_window_bytes=np.array([cluster.queue_window_downlink_bytes] * M
                                          + [cluster.queue_window_uplink_bytes] * M, dtype=np.float64),

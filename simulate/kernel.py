@@ -493,7 +493,7 @@ def _start_chunk(inp, st, w, slot, op, now):
         if not st.links.member[link, w]:
             _join_link(st.links, link, w)
     else:
-        chunk = inp.work[inp.samples[w, st.steps.k[w]], op]
+        chunk = inp.work[inp.samples[w, st.steps.k[w]], op] * inp.slot_work_scale[g]
         last = True
         link = inp.op_fifo_link[op]
         if link >= 0 and inp.link_queue_window_bytes[link] > 0.0:

@@ -29,6 +29,7 @@ from simulate.config import (
     Sharing,
     SimConfig,
     Transfer,
+    WorkerSpeeds,
     host_model,
     max_sweep_op_events,
     parse_enum,
@@ -86,7 +87,7 @@ def staggered_starts(profile: Profile, workers: int, stagger: float) -> tuple[fl
 
 def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *, steps: int, warmup: int,
                  seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
-                 trace_steps: int = 0) -> SimRun:
+                 trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
@@ -100,7 +101,8 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
     config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=scenario.sharing,
                        transfer=scenario.transfer, steps=steps, warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps,
                        colocation=colocation, trace_steps=trace_steps,
-                       start_offsets_s=staggered_starts(profile, scenario.workers, stagger))
+                       start_offsets_s=staggered_starts(profile, scenario.workers, stagger),
+                       worker_speed=worker_speed(scenario.workers) if worker_speed is not None else None)
     try:
         return run(graph, cluster, config)
     except ValueError as exc:
@@ -117,7 +119,8 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                 with_efficiency: bool = False):
     result = simulate_one(profile, cluster, dataclasses.replace(scenario, sharing=sharing), steps=options["steps"],
                           warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
-                          colocation=options.get("colocation"), stagger=options.get("stagger", 0.0))
+                          colocation=options.get("colocation"), stagger=options.get("stagger", 0.0),
+                          worker_speed=options.get("worker_speed"))
     graph = result.graph
     efficiency = math.nan
     if with_efficiency:
@@ -397,7 +400,8 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
     SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=sharing, transfer=scenario.transfer, steps=steps,
               warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
               colocation=colocation, start_offsets_s=staggered_starts(profile, scenario.workers,
-                                                                      options.get("stagger", 0.0)))
+                                                                      options.get("stagger", 0.0)),
+              worker_speed=options["worker_speed"](scenario.workers) if options.get("worker_speed") else None)
     if colocation is not None and len(colocation.server_host) != (servers or max(profile.graph.n_servers, 1)):
         raise UsageError("colocation", f"colocation places {len(colocation.server_host)} servers, not "
                                        f"{servers or max(profile.graph.n_servers, 1)}")
@@ -425,6 +429,7 @@ def plan_sweep(
     ci_target: float | None = None,
     max_steps: int = 16000,
     stagger: float = 1.0,
+    worker_speed: WorkerSpeeds | None = None,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -483,8 +488,11 @@ def plan_sweep(
     if not scenarios:
         raise UsageError("transfer", "give at least one transfer scheduler and sharing model")
     col = host_model(colocation, cores)
+    if worker_speed is not None and not isinstance(worker_speed, WorkerSpeeds):
+        raise UsageError("worker_speed", f"must be a WorkerSpeeds, not {type(worker_speed).__name__}")
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
-               "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger)}
+               "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
+               "worker_speed": worker_speed}
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
         key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)
@@ -516,6 +524,7 @@ def predict(
     ci_target: float | None = None,
     max_steps: int = 16000,
     stagger: float = 1.0,
+    worker_speed: WorkerSpeeds | None = None,
     jobs: int = 1,
     progress: bool = False,
 ):
@@ -570,6 +579,10 @@ def predict(
     stagger : float
         Workers start spread evenly over this many profiled steps (:func:`staggered_starts`;
         0 starts them all at time 0, as the papers' algorithm does).
+    worker_speed : WorkerSpeeds, optional
+        Stragglers: each worker's computation speed relative to the profiled host
+        (docs/model.md §4.6), e.g. ``WorkerSpeeds(factors=(1, 1, 1, 0.5))`` or
+        ``WorkerSpeeds(sigma=0.2, seed=1)``.
     jobs : int
         Parallel processes.
     progress : bool
@@ -604,7 +617,8 @@ def predict(
     return plan_sweep(profile, cluster, workers=workers, servers=servers, mode=mode, sharing=sharing,
                       transfer=transfer, priorities=priorities, bandwidth_Bps=bandwidth_Bps, steps=steps,
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
-                      ci_target=ci_target, max_steps=max_steps, stagger=stagger).run(jobs=jobs, progress=progress)
+                      ci_target=ci_target, max_steps=max_steps, stagger=stagger,
+                      worker_speed=worker_speed).run(jobs=jobs, progress=progress)
 
 
 def default_jobs() -> int:

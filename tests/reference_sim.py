@@ -110,8 +110,13 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     now = numeric(0)
     done = [0]
 
+    speed = config.worker_speed or (1.0,) * W
+
     def work_of(w, op):
-        return numeric(float(graph.work[samples[w][step[w]], op]))
+        work = numeric(float(graph.work[samples[w][step[w]], op]))
+        if res_of[op] in ((1, 0), (4, 0)):  # the worker's computation or its parse lane
+            return work / numeric(speed[w])
+        return work
 
     def share(chunk):
         """Fraction of the resource this chunk gets (TPDS Alg. 1 SHARE, docs/model.md §4.1-4.3)."""

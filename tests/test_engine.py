@@ -439,3 +439,47 @@ def test_the_rpc_chain_frames_each_step():
     framed = run(prepare(profile, chain), chain, config).step_end_s[0, 0]
     # RunGraph before the read, the response after the update; the requests overlap the read
     assert framed == pytest.approx(base + 2.0 ** -11 + 2.0 ** -11, rel=1e-12)
+
+
+# Stragglers (docs/model.md §4.6): each worker's computation and parsing at its own speed; the
+# factors are powers of two, so that every time stays exact.
+# flow_cap sharing is left out here: with token buckets and several servers its coupled shares
+# diverge from the reference (the known case below).
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(servers=2), CONFIG_SPACE, st.lists(st.sampled_from([0.25, 0.5, 1.0, 2.0]), min_size=4,
+                                                          max_size=4))
+def test_engine_matches_reference_with_stragglers(profile, config, speeds):
+    config = dataclasses.replace(config, worker_speed=tuple(speeds[:config.workers]),
+                                 sharing=Sharing.PS if config.sharing is Sharing.FLOW_CAP else config.sharing,
+                                 flow_cap_Bps=None)
+    assert engine_vs_reference(profile, config, cluster=NETWORK) < 1e-9
+
+
+@pytest.mark.xfail(strict=True, reason="known defect, cause not yet found: flow_cap sharing over 2 servers with token "
+                                       "buckets, the engine and the reference part at a token event")
+def test_flow_cap_with_token_buckets_over_two_servers_matches_the_reference():
+    profile = make_profile(resource=[3, 1, 0, 1, 0, 0, 2, 2, 0, 1], server=[1, -1, 1, -1, 0, 0, 0, 0, 0, -1],
+                           size=[0, 0, 114464, 0, 474183, 497371, 205, 447604, 0, 0],
+                           durations=[[0.001234, 2.0 ** -12, 0, 2.0 ** -6, 0, 0, 0, 0, 0, 0]],
+                           edges=[(0, 1), (1, 2), (1, 4), (2, 5), (2, 6), (4, 7), (6, 7)])
+    config = SimConfig(workers=4, sharing=Sharing.FLOW_CAP, transfer=Transfer.FIFO, steps=6, warmup=1,
+                       flow_cap_Bps=4e7, start_offsets_s=(0.0, 0.005859375, 0.01171875, 0.017578125),
+                       worker_speed=(2.0, 0.25, 2.0, 0.25))
+    assert engine_vs_reference(profile, config, cluster=NETWORK) < 1e-9
+
+
+def test_a_straggler_slows_its_own_steps_in_async_and_everyone_in_sync():
+    profile = make_profile(resource=[1, 0, 1, 2], server=[-1, 0, -1, 0], size=[0, 2**16, 0, 2**16],
+                           durations=[[2.0 ** -6, 0, 2.0 ** -6, 0]], edges=[(0, 1), (1, 2), (2, 3)])
+    cluster = dataclasses.replace(CLUSTER, overhead_downlink=Overhead(0.0, 0.0), overhead_uplink=Overhead(0.0, 0.0))
+
+    def step_times(mode, speed):
+        config = SimConfig(workers=2, mode=mode, steps=20, warmup=0, worker_speed=speed)
+        return np.diff(run(prepare(profile, cluster, workers=2, mode=mode), cluster, config).step_end_s, axis=1)
+
+    even, slow = step_times(Mode.ASYNC, (1.0, 1.0)), step_times(Mode.ASYNC, (1.0, 0.5))
+    assert np.median(slow[1]) > 1.5 * np.median(even[1])  # its computation takes twice as long
+    assert np.median(slow[0]) <= np.median(even[0]) * 1.01  # the other does not wait for it
+    sync_slow = step_times(Mode.SYNC, (1.0, 0.5))
+    assert np.median(sync_slow[0]) == pytest.approx(np.median(sync_slow[1]))  # a barrier: everyone waits
+    assert np.median(sync_slow[0]) > 1.5 * np.median(step_times(Mode.SYNC, (1.0, 1.0))[0])

@@ -8,6 +8,7 @@ import os
 import pandas as pd
 import pytest
 
+import simulate
 import tfprofile
 from simulate.planning import Prices, add_costs, cheapest, pareto_front
 from simulate.whatif import scale_compute
@@ -116,3 +117,28 @@ def test_predict_prices_plans_and_what_ifs_from_the_command_line(tmp_path, capsy
                         (["--compute-scale", "0"], "tfsim: error: --compute-scale: must be a factor above 0")):
         assert main([*base, *extra]) == 2
         assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)
+
+
+def test_stragglers_cost_their_share_in_async_and_hold_everyone_in_sync():
+    from simulate.config import WorkerSpeeds
+
+    profile = tfprofile.load_profile(os.path.join(DATA, "profiles", "tiny.npz"))
+    cluster = simulate.load_cluster(os.path.join(DATA, "clusters", "lab-1gbit.json"))
+
+    def throughput(mode, speed):
+        frame = simulate.predict(profile, cluster, workers=4, mode=mode, steps=150, warmup=20, worker_speed=speed)
+        return float(frame["throughput_eps"].iloc[0])
+
+    slow = WorkerSpeeds(factors=(1.0, 1.0, 1.0, 0.25))
+    for mode in ("async", "sync"):
+        assert throughput(mode, slow) < throughput(mode, None)
+    async_loss = 1 - throughput("async", slow) / throughput("async", None)
+    sync_loss = 1 - throughput("sync", slow) / throughput("sync", None)
+    assert async_loss < sync_loss  # async: the straggler's own share; sync: everyone waits at the barrier
+    assert throughput("async", WorkerSpeeds(factors=(1.0,))) == throughput("async", None)  # the rest run at 1
+    drawn = WorkerSpeeds(sigma=0.3, seed=7)
+    assert drawn(4) == drawn(4) and drawn(6)[:4] == drawn(4)  # seeded, worker by worker
+    for bad in (dict(factors=(0.0,)), dict(sigma=-1.0), dict(factors=(1.0,), sigma=0.2)):
+        with pytest.raises(UsageError) as err:
+            WorkerSpeeds(**bad)
+        assert err.value.source == "worker_speed"

@@ -70,8 +70,31 @@ def register(sub) -> None:
                            "transfers and the calibration stay as they are")
     plan.add_argument("--ps-compute-scale", type=float, default=1.0, metavar="F",
                       help="what-if: the parameter servers' computation takes F times as long")
+    plan.add_argument("--worker-speed", metavar="F,F,...|lognormal:SIGMA",
+                      help="stragglers: worker 0, 1, ... compute at these speeds (others at 1; 0.5 is twice as slow), "
+                           "or every worker at a speed drawn from a lognormal of median 1 (seeded by --seed); async "
+                           "workers wait for no one, a sync barrier waits for the slowest")
     add_output_options(p)
     p.set_defaults(handler=run)
+
+
+def worker_speeds(text: str | None, seed: int):
+    """--worker-speed as the library's WorkerSpeeds, or None."""
+    from simulate.config import WorkerSpeeds
+    from tfbase.errors import UsageError
+
+    if not text:
+        return None
+    if text.startswith("lognormal:"):
+        try:
+            return WorkerSpeeds(sigma=float(text.partition(":")[2]), seed=seed)
+        except ValueError:
+            raise UsageError("worker_speed", f"{text!r}: lognormal:SIGMA needs a number") from None
+    try:
+        return WorkerSpeeds(factors=tuple(float(x) for x in text.split(",") if x.strip()))
+    except ValueError:
+        raise UsageError("worker_speed", f"{text!r} is not a list of speed factors (1,1,0.5) or lognormal:SIGMA") \
+            from None
 
 
 def _names(text: str) -> list[str]:
@@ -131,7 +154,7 @@ def run(args) -> int:
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
-            stagger=args.stagger)
+            stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed))
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
                              cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,
