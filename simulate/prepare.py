@@ -95,6 +95,16 @@ class SimGraph:
         return out
 
 
+def _successors(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR successors of the edges ``src -> dst`` over ``n`` ops (by source, then target; every
+    edge kept, so that in-degrees count each), and the in-degrees."""
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(ptr, src + 1, 1)
+    return np.cumsum(ptr), dst, np.bincount(dst, minlength=n).astype(np.int64)
+
+
 def greedy_partition(sizes_bytes: np.ndarray, servers: int) -> np.ndarray:
     """TensorFlow's greedy PS placement: variable i (in creation order) goes to the server
     with the fewest bytes so far, ties to the lowest index. Returns each variable's server."""
@@ -214,12 +224,7 @@ def prepare(
     dst = new_pos[dst_old]
     src = np.concatenate([src, new_pos[split]])
     dst = np.concatenate([dst, over_pos])
-    order = np.lexsort((dst, src))
-    src, dst = src[order], dst[order]
-    succ_ptr = np.zeros(n_new + 1, dtype=np.int64)
-    np.add.at(succ_ptr, src + 1, 1)
-    succ_ptr = np.cumsum(succ_ptr)
-    in_degree = np.bincount(dst, minlength=n_new).astype(np.int64)
+    succ_ptr, dst, in_degree = _successors(src, dst, n_new)
 
     work = np.empty((profile.n_steps, n_new))
     compute_work = np.where(is_down | is_up, size[None, :], profile.duration_s)
@@ -281,12 +286,7 @@ def with_rpc_chain(graph: SimGraph, rpc) -> SimGraph:
             dst.append(pairs_b.ravel())
     src, dst = np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
     n_new = n_old + 4 * M
-    order = np.lexsort((dst, src))
-    src, dst = src[order], dst[order]
-    succ_ptr = np.zeros(n_new + 1, dtype=np.int64)
-    np.add.at(succ_ptr, src + 1, 1)
-    succ_ptr = np.cumsum(succ_ptr)
-    in_degree = np.bincount(dst, minlength=n_new).astype(np.int64)
+    succ_ptr, dst, in_degree = _successors(src, dst, n_new)
 
     def spliced(values, front, back):
         return np.concatenate([front, values, back])

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tfbase.errors import UsageError
+from tfsim.lab.netns import pid_alive
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "tfsimlab"
@@ -232,21 +233,11 @@ def cleanup_cgroups(include_live: bool = False) -> list[str]:
             match = _NAME_RE.match(group.name)
             if not match or not group.is_dir():
                 continue
-            if not include_live and _pid_alive(int(match.group(1))):
+            if not include_live and pid_alive(int(match.group(1))):
                 continue
             _kill_and_remove(group)
             removed.append(str(group))
     return removed
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def check_quotas(cores: Sequence[float], machine_cores: float, *, parameter: str = "workers") -> None:

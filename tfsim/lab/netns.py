@@ -67,7 +67,7 @@ def list_namespaces() -> list[str]:
     return [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -85,7 +85,7 @@ def cleanup(include_live: bool = False) -> list[str]:
         match = _NAME_RE.match(ns)
         if not match:
             continue
-        if not include_live and _pid_alive(int(match.group(1))):
+        if not include_live and pid_alive(int(match.group(1))):
             continue
         _kill_namespace_processes(ns)
         _ip("netns", "delete", ns, check=False)
