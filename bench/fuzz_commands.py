@@ -157,11 +157,11 @@ def cluster_text() -> bytes:
 # -- mutating files ---------------------------------------------------------------------------
 
 def _mutate_bytes(data: bytes, rng: random.Random, target=None) -> bytes:
-    import fuzz
+    import mutations
 
     target = target or _plain_target()
     for _ in range(rng.choice((1, 1, 2, 3))):
-        data = fuzz.mutate(data, rng, target)
+        data = mutations.mutate(data, rng, target)
     return data
 
 
@@ -171,13 +171,13 @@ def _plain_target():
 
 
 def mutate_json(data: bytes, rng: random.Random) -> bytes:
-    import fuzz
+    import mutations
 
     if rng.random() < 0.75:
         out = data
         for _ in range(rng.choice((1, 1, 2))):
             try:
-                out = fuzz.mutate_json(out, rng)
+                out = mutations.mutate_json(out, rng)
             except RecursionError:  # nested too deeply to parse again: keep it as it is
                 break
         return out
@@ -283,13 +283,13 @@ def mutate_trace(data: bytes, rng: random.Random) -> bytes:
 
 
 def mutate_capture(data: bytes, rng: random.Random) -> bytes:
-    import fuzz
+    import mutations
 
     raw = _gunzip(data)
     target = fuzz_targets.TARGETS["pcapng"]
     for _ in range(rng.choice((1, 1, 2))):
-        raw = fuzz.mutate(raw, rng, target)
-    return fuzz.compress(raw, rng)
+        raw = mutations.mutate(raw, rng, target)
+    return mutations.compress(raw, rng)
 
 
 def mutate_run_dir(directory: Path, rng: random.Random) -> None:

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 import fuzz  # noqa: E402
+import mutations  # noqa: E402
 from fuzz_targets import TARGETS  # noqa: E402
 
 INPUTS_PER_READER = 4000
@@ -127,10 +128,10 @@ def test_json_readers_take_any_document_shaped_like_theirs(tmp_path_factory, tar
     seed = reader.seeds()[0]
     document = json.loads(seed)
     paths: list = []
-    fuzz._json_paths(document, (), paths, random.Random(0))
+    mutations._json_paths(document, (), paths, random.Random(0))
     path = data.draw(st.sampled_from(paths))
     value = data.draw(json_values)
-    text = json.dumps(fuzz._replaced(document, path, value), allow_nan=True).encode()
+    text = json.dumps(mutations._replaced(document, path, value), allow_nan=True).encode()
     try:
         reader.run(text, tmp_path_factory.mktemp("json"))
     except reader.accepted():
