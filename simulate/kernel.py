@@ -41,7 +41,7 @@ seconds of work per second.
 The code reads top-down: :func:`run_kernel` and its event loop, then the helpers of each
 phase, then the heap, queue, link and host operations: small functions that numba inlines,
 so that the loop compiles into one function without calls. The inputs and outputs are
-:class:`simulate.engine.KernelInputs` and :class:`simulate.engine.KernelOutputs`; the
+:class:`simulate.kernel_io.KernelInputs` and :class:`simulate.kernel_io.KernelOutputs`; the
 loop's own state is a :class:`State` of the small named tuples defined here, allocated by
 :func:`new_state`.
 """
@@ -57,7 +57,7 @@ from numba.core.cpu import CPUTargetOptions
 from simulate.codes import Action, Scheduler, Share
 
 if TYPE_CHECKING:
-    from simulate.engine import KernelInputs, KernelOutputs
+    from simulate.kernel_io import KernelInputs, KernelOutputs
 
 # A helper is inlined into the loop's IR, and compiled with the loop's options (_event_loop).
 _inline = njit(inline="always")
@@ -192,8 +192,8 @@ class State(NamedTuple):
 def run_kernel(inp: KernelInputs, out: KernelOutputs) -> tuple[int, int]:
     """Simulate every worker's steps; return (op-events, trace rows written).
 
-    ``inp`` is a :class:`simulate.engine.KernelInputs`; the step times and the trace go to
-    ``out``, a :class:`simulate.engine.KernelOutputs`.
+    ``inp`` is a :class:`simulate.kernel_io.KernelInputs`; the step times and the trace go to
+    ``out``, a :class:`simulate.kernel_io.KernelOutputs`.
     """
     return _event_loop(inp, new_state(inp), out)
 
