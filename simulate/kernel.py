@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 _inline = njit(inline="always")
 
 NO_OP = -1  # a slot without a chunk; a window return that resumes no stream
+LINK_RESIDUE_BYTES = 1e-6  # a transfer with less left than this (far below a bit) is done
 RETURN_HEADROOM = 8  # window returns a grpc slot has room for beyond two per queued op
 
 
@@ -649,6 +650,10 @@ def _rerate(inp, st, g, now):
     w = g // inp.n_slots
     slot = g - w * inp.n_slots
     link = inp.slot_link[slot]
+    if link >= 0 and rem < LINK_RESIDUE_BYTES:
+        # Float residue of a transfer that ends now in exact arithmetic: it must not wait for a
+        # share that just fell to 0 (a coupled link's), as the reference's exact times show.
+        rem = 0.0
     if link >= 0:
         rate = st.links.capacity_Bps[link] * _link_share(inp, st.links, w, link)
         if inp.share == Share.FLOW_CAP and rate > inp.flow_cap_Bps:
