@@ -142,3 +142,28 @@ def test_stragglers_cost_their_share_in_async_and_hold_everyone_in_sync():
         with pytest.raises(UsageError) as err:
             WorkerSpeeds(**bad)
         assert err.value.source == "worker_speed"
+
+
+def test_the_report_shows_the_cost_of_each_w_and_the_pareto_front(tmp_path, capsys):
+    from tfsim.cli import main
+
+    base = ["report", os.path.join(DATA, "profiles", "tiny.npz"), "--cluster",
+            os.path.join(DATA, "clusters", "lab-1gbit.json"), "--workers", "1-3", "--steps", "60", "--warmup", "10",
+            "--no-progress", "--jobs", "1"]
+    assert main([*base, "--price", "worker=2,ps=1", "--examples", "1e6", "--out", str(tmp_path / "r")]) == 0
+    capsys.readouterr()
+    document = json.loads((tmp_path / "r" / "report.json").read_text())
+    cost = document["cost"]
+    assert [row["workers"] for row in cost] == [1, 2, 3]
+    assert all(row["usd_per_hour"] == pytest.approx(2 * row["workers"] + 1) for row in cost)
+    assert all(row["hours_per_epoch"] == pytest.approx(1e6 / row["throughput_eps"] / 3600) for row in cost)
+    front = pareto_front(pd.DataFrame(cost))
+    assert [row["pareto"] for row in cost] == [i in set(front.index) for i in range(len(cost))]
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "<h2>Cost</h2>" in page and 'alt="cost"' in page
+    assert "--price worker=2,ps=1" in document["inputs"]["command"]
+    # a bad price is refused before anything is simulated or written
+    assert main([*base, "--price", "worker=-1", "--out", str(tmp_path / "bad")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "tfsim: error: --price: a price must be between 0 and 1,000,000 $/hour, not -1.0"]
+    assert not (tmp_path / "bad").exists()

@@ -41,6 +41,10 @@ def register(sub) -> None:
     add_seed_option(p)
     p.add_argument("--gantt-workers", type=positive_int, metavar="W",
                    help="workers in the second Gantt picture (default: the saturation point)")
+    p.add_argument("--price", metavar="worker=P,ps=P",
+                   help="$/hour of a worker host and of a PS host: adds a cost section (cost per example, the "
+                        "Pareto front of throughput against cost)")
+    p.add_argument("--examples", type=float, metavar="N", help="with --price: an epoch's examples (hours per epoch)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     add_jobs_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
@@ -57,7 +61,7 @@ def run(args) -> int:
     request = ReportRequest(
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
         steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
-        ps_cores=args.ps_cores, worker_cores=args.worker_cores,
+        ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, jobs=args.jobs or default_jobs(), progress=not args.no_progress)
     say = (lambda message: None) if args.no_progress else console.say

@@ -20,8 +20,9 @@ from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baselines
 from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
 from simulate.orderings import expand_random, order_gains, ordering_priorities
+from simulate.planning import Prices, add_costs, pareto_front
 from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, trace_chunks, traced_run
-from tfbase.errors import InputError, TfsimWarning
+from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.units import parse_rate
 from tfprofile.profile_io import load_profile
 from tfsim.comparison import check_measured_in_sweep, comparison_table, read_measured
@@ -48,6 +49,8 @@ class ReportRequest:
     cores: float | None = None
     ps_cores: float | None = None
     worker_cores: float | None = None
+    price: str | None = None
+    examples: float | None = None
     measured_path: Path | None = None
     setting: str | None = None
     gantt_workers: int | None = None
@@ -79,6 +82,10 @@ class ReportRequest:
             parts += ["--ps-cores", f"{self.ps_cores:g}"]
         if self.worker_cores is not None:
             parts += ["--worker-cores", f"{self.worker_cores:g}"]
+        if self.price:
+            parts += ["--price", self.price]
+        if self.examples is not None:
+            parts += ["--examples", f"{self.examples:g}"]
         if self.measured_path is not None:
             parts += ["--measured", str(self.measured_path)]
         if self.setting:
@@ -107,6 +114,7 @@ class Report:
     gantt_one: object
     gantt_many: object
     calibration_plots: tuple[tuple[str, Path], ...]
+    cost: object | None = None  # the reference rows with their cost (simulate.planning.add_costs), with --price
 
     @property
     def reference(self):
@@ -177,6 +185,10 @@ def plan_report(request: ReportRequest) -> ReportPlan:
         plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
                         cores=request.cores, colocation=request.hosts, steps=GANTT_STEPS, seed=request.seed,
                         workers_parameter="gantt_workers")
+    if request.price:
+        Prices.parse(request.price)  # checked before anything is simulated
+    if request.examples is not None and not request.price:
+        raise UsageError("examples", "an epoch's cost needs prices (price)")
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
     return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit)
 
@@ -218,10 +230,15 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                                         mode=request.mode, cores=request.cores, colocation=request.hosts,
                                         steps=GANTT_STEPS,
                                         seed=request.seed)) for w in (1, many)]
+    cost = None
+    if request.price:
+        cost = add_costs(reference_rows.sort_values("workers").reset_index(drop=True), Prices.parse(request.price),
+                         servers=max(profile.graph.n_servers, 1), examples=request.examples)
+        cost["pareto"] = cost.index.isin(pareto_front(cost).index)
     return Report(request=request, model=profile.meta.get("model") or Path(request.profile_path).stem,
                   batch_size=profile.batch_size,
                   cluster=cluster_facts(cluster, request.cluster_path, request.bandwidth),
                   reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
                   comparison=comparison, measured=measured, orderings=order_gains(frame, reference),
                   gantt_one=gantts[0], gantt_many=gantts[1],
-                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)))
+                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost)

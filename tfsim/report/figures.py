@@ -36,6 +36,29 @@ def _render(fig) -> str:
     return png_uri(figure_bytes(fig, "png"))
 
 
+def cost_figure(cost, *, title: str):
+    """Throughput against cost per hour, one point per W, the Pareto front joined."""
+    from tfbase.figures import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    ax.scatter(cost["usd_per_hour"], cost["throughput_eps"], color="#a0aec0", zorder=2, label="configurations")
+    front = cost[cost["pareto"]].sort_values("usd_per_hour")
+    ax.plot(front["usd_per_hour"], front["throughput_eps"], "o-", color="#2b6cb0", zorder=3,
+            label="Pareto front (nothing beats them on both)")
+    for _, row in cost.iterrows():
+        ax.annotate(f"W={int(row['workers'])}", (row["usd_per_hour"], row["throughput_eps"]), fontsize=7,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("cost ($ per hour)")
+    ax.set_ylabel("throughput (examples/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def report_figures(report) -> dict[str, Figure]:
     """Every figure of the page, by key: ``throughput``, ``orderings``, ``gantt_one``,
     ``gantt_many`` and ``calibration_<name>`` for each calibration plot found."""
@@ -71,6 +94,12 @@ def report_figures(report) -> dict[str, Figure]:
         if data is not None:
             key = f"calibration_{path.stem}"
             figures[key] = Figure(key, png_uri(data), caption + f" ({path.name})")
+    if report.cost is not None:
+        figures["cost"] = Figure(
+            "cost", _render(cost_figure(report.cost, title=f"{report.model}: throughput against cost "
+                                                             f"({report.reference_policy})")),
+            "Each W's predicted throughput against what its cluster costs per hour; the line joins the "
+            "configurations that no other beats on both.")
     return figures
 
 

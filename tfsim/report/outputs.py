@@ -35,6 +35,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    else str(request.measured_path), "setting": request.setting, "workers": request.workers,
                    "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
                    "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
+                   "price": request.price, "examples": request.examples,
                    "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
@@ -46,6 +47,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
         "measured": None if report.measured is None else _records(report.measured),
         "gantt": {"one_worker": report.gantt_one.stats(), "many_workers": report.gantt_many.stats()},
         "calibration_plots": [str(path) for _, path in report.calibration_plots],
+        "cost": None if report.cost is None else _records(report.cost),
     }
 
 
