@@ -19,6 +19,13 @@ from tfprofile.dag import Profile, Resource
 MAX_COMPUTE_SCALE = 1000.0  # a thousandfold slower host is a different job, not a what-if
 
 
+def check_compute_scale(value: float, parameter: str = "compute_scale") -> None:
+    """Refuse a computation scale that is not a factor in (0, MAX_COMPUTE_SCALE], naming ``parameter``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+            math.isfinite(value) and 0 < value <= MAX_COMPUTE_SCALE):
+        raise UsageError(parameter, f"must be a factor above 0 and at most {MAX_COMPUTE_SCALE:g}, not {value!r}")
+
+
 def scale_compute(profile: Profile, *, worker: float = 1.0, ps: float = 1.0) -> Profile:
     """``profile`` with the workers' computation times multiplied by ``worker`` and the
     parameter servers' by ``ps`` (0.5: twice as fast).
@@ -31,10 +38,8 @@ def scale_compute(profile: Profile, *, worker: float = 1.0, ps: float = 1.0) -> 
     >>> bool(faster.duration_s.sum() < profile.duration_s.sum())
     True
     """
-    for name, value in (("compute_scale", worker), ("ps_compute_scale", ps)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                math.isfinite(value) and 0 < value <= MAX_COMPUTE_SCALE):
-            raise UsageError(name, f"must be a factor above 0 and at most {MAX_COMPUTE_SCALE:g}, not {value!r}")
+    check_compute_scale(worker, "compute_scale")
+    check_compute_scale(ps, "ps_compute_scale")
     if worker == 1.0 and ps == 1.0:
         return profile
     duration = profile.duration_s.copy()

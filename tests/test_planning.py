@@ -167,3 +167,72 @@ def test_the_report_shows_the_cost_of_each_w_and_the_pareto_front(tmp_path, caps
     assert capsys.readouterr().err.strip().splitlines() == [
         "tfsim: error: --price: a price must be between 0 and 1,000,000 $/hour, not -1.0"]
     assert not (tmp_path / "bad").exists()
+
+
+CATALOGUE = """
+[[type]]
+name = "small"
+price = 0.40
+link = "1gbit"
+
+[[type]]
+name = "fast-cpu"
+price = 1.10
+link = "1gbit"
+compute_scale = 0.5
+
+[[type]]
+name = "fast-net"
+price = 0.90
+link = "10gbit"
+"""
+
+
+def test_the_cheapest_instance_type_is_what_brute_force_finds(tmp_path, capsys):
+    from simulate.catalogue import plan_catalogue, read_catalogue
+    from tfsim.cli import main
+
+    path = tmp_path / "types.toml"
+    path.write_text(CATALOGUE)
+    types = read_catalogue(path)
+    assert [(t.name, t.price_usd_per_h, t.link_Bps, t.compute_scale) for t in types] == [
+        ("small", 0.40, 125e6, 1.0), ("fast-cpu", 1.10, 125e6, 0.5), ("fast-net", 0.90, 1.25e9, 1.0)]
+    profile = tfprofile.load_profile(os.path.join(DATA, "profiles", "resnet50.npz"))
+    cluster = simulate.load_cluster(os.path.join(DATA, "clusters", "lab-1gbit.json"))
+    options = dict(steps=40, warmup=8, seed=0)
+    frame = plan_catalogue(profile, cluster, types, workers="1-4", **options)
+    target = 0.6 * frame["throughput_eps"].max()
+    best = cheapest(frame, target_eps=target)
+    brute = []
+    for kind in types:  # every type and W simulated on its own, and costed by hand
+        alone = simulate.predict(scale_compute(profile, worker=kind.compute_scale, ps=kind.compute_scale), cluster,
+                                 workers="1-4", bandwidth_Bps=kind.link_Bps, **options)
+        for w, thr in zip(alone["workers"], alone["throughput_eps"]):
+            if thr >= target:
+                brute.append(((w + 1) * kind.price_usd_per_h / (thr * 3600) * 1e6, w + 1, kind.name, w))
+    assert (best["instance"], int(best["workers"])) == min(brute)[2:]
+    out = tmp_path / "plan.json"
+    assert main(["plan", os.path.join(DATA, "profiles", "resnet50.npz"), "--cluster",
+                 os.path.join(DATA, "clusters", "lab-1gbit.json"), "--catalogue", str(path), "--workers", "1-4",
+                 "--steps", "40", "--target", str(target), "--jobs", "1", "--no-progress", "--json", str(out)]) == 0
+    plan = json.loads(out.read_text())["plan"]
+    assert (plan["instance"], plan["workers"]) == min(brute)[2:]
+    assert "cheapest that meets the target" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text, problem", [
+    ('[[type]]\nname = "a"\nprice = -1\nlink = "1gbit"\n', "a: price: a price must be between"),
+    ('[[type]]\nname = "a"\nprice = 1\n', "a: catalogue: needs link"),
+    ('[[type]]\nname = "a"\nprice = 1\nlink = "1gbit"\ncompute_scale = 0\n', "a: compute_scale: must be a factor"),
+    ('[[type]]\nname = "a"\nprice = 1\nlink = "1gbit"\ngpus = 8\n', "unknown key(s) gpus"),
+    ("title = 'x'\n", "has no [[type]] table"),
+])
+def test_a_bad_catalogue_names_the_file_and_the_type(tmp_path, text, problem):
+    from simulate.catalogue import read_catalogue
+    from tfbase.errors import InputError
+
+    path = tmp_path / "types.toml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        read_catalogue(path)
+    assert str(path) in str(err.value) and problem in str(err.value)

@@ -17,13 +17,20 @@ from simulate.orderings import order_gains
 PREDICTION_FORMAT = "tfsim.prediction/1"
 
 
-def prediction_document(frame, *, profile_path, cluster, extra: dict | None = None) -> dict:
-    """The ``tfsim.prediction/1`` JSON object of a prediction table."""
+def prediction_rows(frame) -> list[dict]:
+    """A prediction table as JSON records; JSON has no inf or NaN: a value that could not be
+    estimated is null."""
     rows = json.loads(frame.to_json(orient="records"))
-    for row in rows:  # JSON has no inf: an interval that could not be estimated is null
+    for row in rows:
         for key, value in row.items():
             if isinstance(value, float) and not math.isfinite(value):
                 row[key] = None
+    return rows
+
+
+def prediction_document(frame, *, profile_path, cluster, extra: dict | None = None) -> dict:
+    """The ``tfsim.prediction/1`` JSON object of a prediction table."""
+    rows = prediction_rows(frame)
     saturation = {}
     for row in rows:
         if row["saturated"]:

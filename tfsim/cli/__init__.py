@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from tfbase.errors import InputError, Terminated, TfsimError, TfsimWarning
 from tfbase.signals import stop_on_signals
 from tfsim import __version__
-from tfsim.cli import calibrate, collect, compare, demo, lab, order, predict, profile, report
+from tfsim.cli import calibrate, collect, compare, demo, lab, order, plan, predict, profile, report
 from tfsim.cli.console import console
 from tfsim.cli.options import Parser
 
@@ -45,7 +45,7 @@ workflow:
   tfsim demo      summary, prediction, orderings and baselines on the bundled real data
 """
 
-COMMANDS = (collect, profile, calibrate, order, predict, compare, report, lab, demo)
+COMMANDS = (collect, profile, calibrate, order, predict, compare, report, plan, lab, demo)
 
 # Library parameters whose option is not simply ``--`` + the parameter's name (with dashes).
 PARAMETER_OPTIONS = {
@@ -61,6 +61,8 @@ PARAMETER_OPTIONS = {
     "gantt_workers": "--gantt-workers",
     "rate_bit": "--rate",
     "ps_tasks": "--ps",
+    "target_eps": "--target",
+    "deadline_h": "--deadline",
     "queue_ms": "--queue",
     "queue_bytes": "--queue",
     "congestion_control": "--cc",
