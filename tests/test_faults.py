@@ -369,9 +369,15 @@ def test_cleanup_after_the_lab_is_killed(clean_state):
         assert len(left) == 3  # the bridge, ps0 and w0
         result = tfsim("lab", "--cleanup", timeout=60)
         assert result.returncode == 0, result.stderr
-        head, _, names = result.stdout.strip().partition(": ")
+        namespaces_line, groups_line = result.stdout.strip().splitlines()
+        head, _, names = namespaces_line.partition(": ")
         removed = set(names.split(", "))
         assert head.startswith("removed ") and left <= removed
+        # and the killed lab's cgroups, with its tasks' (each task runs in one of its own)
+        from tfsim.lab.cgroups import PREFIX, find_hierarchy
+
+        assert groups_line.startswith("removed ")
+        assert not list(find_hierarchy().cpu.glob(f"{PREFIX}-{proc.pid}-*"))
         # Anything else removed was left by another dead lab run, never by a live process.
         assert all(ns.startswith("tfsimlab-") and not os.path.exists(f"/proc/{ns.split('-')[1]}") for ns in removed)
         assert not lab_namespaces_of(proc.pid)

@@ -162,8 +162,8 @@ def run(args) -> int:
 
         require_lab_tools()
         removed, groups = cleanup(), cleanup_cgroups()
-        print(f"removed {len(removed)} namespace(s)" + (": " + ", ".join(removed) if removed else "")
-              + f"; {len(groups)} cgroup(s)" + (": " + ", ".join(groups) if groups else ""))
+        print(f"removed {len(removed)} namespace(s)" + (": " + ", ".join(removed) if removed else ""))
+        print(f"removed {len(groups)} cgroup(s)" + (": " + ", ".join(groups) if groups else ""))
         return 0
     from tfsim.lab.validate import run_lab
 
