@@ -17,6 +17,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.config import SimConfig, Transfer, host_model
+from tfbase.errors import UsageError
 from tfprofile.dag import Profile, Resource
 
 MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
@@ -34,32 +35,40 @@ def scale_computation(profile: Profile, factor: float) -> Profile:
 
 
 def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfer, steps: int = 80,
-                      warmup: int | None = None, *, colocation=None, cores: float | None = None) -> float:
-    """The model's median step time with one worker, over ``steps`` steps after ``warmup``
-    (default: a quarter of them, at most 10), on the hosts ``colocation``/``cores`` describe
-    (as :func:`simulate.predict` takes them; default: no limit on cores)."""
+                      warmup: int | None = None, *, colocation=None, cores: float | None = None,
+                      statistic: str = "median") -> float:
+    """The model's median (or, with ``statistic="mean"``, mean) step time with one worker, over
+    ``steps`` steps after ``warmup`` (default: a quarter of them, at most 10), on the hosts
+    ``colocation``/``cores`` describe (as :func:`simulate.predict` takes them; default: no
+    limit on cores). The mean is what sets throughput: 1 / mean step time."""
     from simulate.workers import run_in_child
 
+    if statistic not in STATISTICS:
+        raise UsageError("statistic", f"must be one of {', '.join(STATISTICS)}, not {statistic!r}")
     warmup = min(10, steps // 4) if warmup is None else warmup
     hosts = host_model(colocation, cores)
     if hosts is not None and callable(hosts):
         hosts = hosts(1, max(profile.graph.n_servers, 1))
     config = SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup, colocation=hosts)
-    return run_in_child(_median_step_s, profile, cluster, config)
+    return run_in_child(_step_statistic_s, profile, cluster, config, statistic)
 
 
-def _median_step_s(profile: Profile, cluster: ClusterModel, config: SimConfig) -> float:
-    """One simulation's median step time (run in a child process: compiled code)."""
+STATISTICS = ("median", "mean")
+
+
+def _step_statistic_s(profile: Profile, cluster: ClusterModel, config: SimConfig, statistic: str) -> float:
+    """One simulation's median or mean step time (run in a child process: compiled code)."""
     from simulate.engine import run
     from simulate.prepare import prepare
     from simulate.results import step_times_s
 
-    return float(np.median(step_times_s(run(prepare(profile, cluster), cluster, config))))
+    times = step_times_s(run(prepare(profile, cluster), cluster, config))
+    return float(np.mean(times) if statistic == "mean" else np.median(times))
 
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,
                           transfer: Transfer | None = None, iterations: int = 30, colocation=None,
-                          cores: float | None = None) -> float:
+                          cores: float | None = None, statistic: str = "median") -> float:
     """The factor for :func:`scale_computation` that makes the model's one-worker step time
     ``untraced_step_s``, in either direction (bisection; the step time grows with the factor).
 
@@ -68,10 +77,12 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
     work around the ops, docs/model.md §10), at the rate of the computation. The smallest
     factor tried when even computation at nothing is too slow (the transfers alone take
     longer); :data:`MAX_SCALE` when even that much computation is too fast. ``colocation``
-    and ``cores``: the hosts the one-worker run had (as :func:`simulate.predict` takes them).
+    and ``cores``: the hosts the one-worker run had (as :func:`simulate.predict` takes them);
+    ``statistic``: match the model's median or mean step time (the mean when ``untraced_step_s``
+    is a mean: it is what throughput follows).
     """
     transfer = transfer or Transfer(cluster.default_transfer)
-    hosts = {"colocation": colocation, "cores": cores}
+    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic}
     low, high = 0.0, 1.0
     if one_worker_step_s(profile, cluster, transfer, **hosts) < untraced_step_s:
         low, high = 1.0, MAX_SCALE
