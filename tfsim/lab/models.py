@@ -1,7 +1,7 @@
 """Model functions for ``tfsim collect --model-fn tfsim.lab.models:FUNC`` used by lab studies.
 
 ``recommender``: an embedding-heavy recommender-style job, the kind whose W-worker runs
-fall below the predicted link limit (FIELD-NOTES, "Measuring what bounds a lab run").
+fall below the predicted link limit (bench/results/study-w4/REPORT.md).
 
 - Three embedding tables live on the PS (``replica_device_setter`` places the variables
   there); ``tf.nn.embedding_lookup`` colocates each gather with its table, so the lookups
