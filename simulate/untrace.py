@@ -3,10 +3,10 @@
 Tracing a step records every op, and on small ops this costs as much as the op itself: the
 traced steps of a run are slower than the untraced ones (the tiny model here: 99 ms traced,
 83 ms untraced per step). A profile built from traced steps then predicts a slower job than
-the one that runs. When the run also measured untraced steps, the computation ops (WORKER
-and PS) can be scaled by one factor so that the model's one-worker step time matches the
-untraced step time; transfers are left alone, as their time comes from the cluster's
-calibration.
+the one that runs. When the run also measured untraced steps, the worker's computation ops
+can be scaled by one factor so that the model's one-worker step time matches the untraced
+step time; transfers are left alone, as their time comes from the cluster's calibration, and
+so are the PS's ops, whose host may be shared by many workers.
 """
 
 from __future__ import annotations
@@ -24,10 +24,16 @@ MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or
 
 
 def scale_computation(profile: Profile, factor: float) -> Profile:
-    """``profile`` with every WORKER and PS op's duration multiplied by ``factor``."""
+    """``profile`` with every WORKER op's duration multiplied by ``factor``.
+
+    Only the worker's: the step the correction matches is the worker's step, and what it puts
+    back (host work around the ops) or takes out (tracing's cost, which small ops pay most) is
+    the worker's; scaling the PS ops as well would load a PS host of limited cores with the
+    worker's missing time (the lab's recommender job, W = 2: -25.8% scaling both, -18.0% the
+    worker's alone; docs/model.md §6)."""
     if not (0 < factor <= MAX_SCALE):
         raise ValueError(f"a one-worker correction factor must be in (0, {MAX_SCALE:g}], not {factor}")
-    compute = np.isin(profile.graph.resource, (Resource.WORKER, Resource.PS))
+    compute = profile.graph.resource == Resource.WORKER
     duration = profile.duration_s.copy()
     duration[:, compute] *= factor
     meta = {**profile.meta, "computation_scale": factor * profile.meta.get("computation_scale", 1.0)}

@@ -11,10 +11,10 @@ from tfprofile.dag import Resource
 CLUSTER = ClusterModel.from_bandwidth(1.25e9)  # 10 Gbit: computation is most of the step
 
 
-def test_scaling_touches_computation_only(bundled_profile):
+def test_scaling_touches_the_workers_computation_only(bundled_profile):
     profile = bundled_profile("tiny")
     scaled = scale_computation(profile, 0.5)
-    compute = np.isin(profile.graph.resource, (Resource.WORKER, Resource.PS))
+    compute = profile.graph.resource == Resource.WORKER
     assert np.array_equal(scaled.duration_s[:, compute], profile.duration_s[:, compute] * 0.5)
     assert np.array_equal(scaled.duration_s[:, ~compute], profile.duration_s[:, ~compute])
     assert scaled.meta["computation_scale"] == 0.5
