@@ -68,6 +68,7 @@ class RendezvousKey:
 
     @classmethod
     def parse(cls, key: str) -> RendezvousKey | None:
+        """A TensorFlow rendezvous key ``src;incarnation;dst;tensor;frame_iter``, or None if it has not five parts."""
         parts = key.split(";")
         if len(parts) != 5:
             return None
@@ -101,6 +102,9 @@ class GrpcDeframer:
         return self._remaining >= 0 or bool(self._prefix)
 
     def feed(self, data: bytes) -> list[tuple[int, bool, bytes]]:
+        """Take a stream's next DATA bytes; return the gRPC messages they complete, each as
+        (length, compressed, its first bytes). Consumes all of ``data``; a message split across
+        calls is completed by a later one."""
         done = []
         position, size = 0, len(data)
         while position < size:

@@ -159,6 +159,8 @@ class FrameSplitter:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[RawFrame]:
+        """Take a direction's next bytes (after the client preface, if any); return the frames they
+        complete. A frame cut by the end of ``data`` waits for the next call."""
         self._buffer += data
         frames = []
         position = 0

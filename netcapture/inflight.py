@@ -46,6 +46,7 @@ class InFlight:
 
     @property
     def median_bytes(self) -> float:
+        """The median of the sampled bytes in flight (0 without samples)."""
         return float(np.median(self.samples_bytes)) if len(self.samples_bytes) else 0.0
 
 

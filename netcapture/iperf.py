@@ -76,10 +76,12 @@ class RateSummary:
 
     @property
     def spread(self) -> float:
+        """(max - min) / median of the runs: 0 for a steady link."""
         return (self.maximum - self.minimum) / self.median if self.median else 0.0
 
     @classmethod
     def of(cls, values: list[float]) -> RateSummary:
+        """Median, minimum and maximum of some runs' rates."""
         return cls(statistics.median(values), min(values), max(values))
 
 

@@ -107,14 +107,17 @@ class StreamRecord:
 
     @property
     def is_grpc(self) -> bool:
+        """The stream carries gRPC (its content-type is application/grpc...)."""
         return bool(self.content_type and self.content_type.startswith("application/grpc"))
 
     @property
     def is_recv_tensor(self) -> bool:
+        """The stream is a TensorFlow RecvTensor call (a tensor sent by the server)."""
         return self.rpc_path == RECV_TENSOR_PATH
 
     @property
     def tensor_direction(self) -> str | None:
+        """Which way the tensor went: ``"server_to_client"`` for RecvTensor, else None."""
         return "server_to_client" if self.is_recv_tensor else None
 
     @property
@@ -215,10 +218,12 @@ class FlowControlTimeline:
 
     @property
     def initial_window_timeline(self) -> tuple[tuple[float, int], ...]:
+        """(time, value) of every SETTINGS_INITIAL_WINDOW_SIZE the receiver announced."""
         return self.setting_timeline(SETTINGS_INITIAL_WINDOW_SIZE)
 
     @property
     def max_frame_timeline(self) -> tuple[tuple[float, int], ...]:
+        """(time, value) of every SETTINGS_MAX_FRAME_SIZE the receiver announced."""
         return self.setting_timeline(SETTINGS_MAX_FRAME_SIZE)
 
     def initial_window_at(self, time_s: float) -> int:
@@ -226,6 +231,7 @@ class FlowControlTimeline:
         return _value_at(self.initial_window_timeline, time_s, DEFAULT_INITIAL_WINDOW_BYTES)
 
     def max_frame_at(self, time_s: float) -> int:
+        """The receiver's MAX_FRAME_SIZE in force at ``time_s`` (by capture time)."""
         return _value_at(self.max_frame_timeline, time_s, DEFAULT_MAX_FRAME_BYTES)
 
 
@@ -322,6 +328,7 @@ class _StreamBuilder:
             self.response_data += frame.data_bytes
 
     def record(self) -> StreamRecord:
+        """The stream as a finished :class:`StreamRecord`: its tensor key, sizes and times."""
         parsed = RendezvousKey.parse(self.key) if self.key else None
         data_times = [e.time_s for e in self.response_frames if e.length_bytes]
         return StreamRecord(
@@ -421,6 +428,7 @@ class _FlowBuilder:
                         WindowSample(time_s, number, stream_id, self.streams[stream_id], "settings"))
 
     def timeline(self) -> FlowControlTimeline:
+        """The direction's flow-control events as an immutable :class:`FlowControlTimeline`."""
         return FlowControlTimeline(
             self.connection, self.data_from_client, tuple(self.settings), tuple(self.acks), tuple(self.updates),
             tuple(self.pings), tuple(self.connection_window), tuple(self.stream_windows),
@@ -441,6 +449,7 @@ def build_flow_control(frames: Iterable[Http2Frame]) -> tuple[FlowControlTimelin
 
 
 def summarise_connections(frames: Iterable[Http2Frame]) -> tuple[ConnectionSummary, ...]:
+    """Per connection: its first and last frame time and its frame counts by type."""
     spans: dict[ConnectionId, list[float]] = {}
     counts: dict[ConnectionId, Counter] = {}
     for frame in frames:

@@ -127,6 +127,7 @@ class DirectionReassembler:
 
     @property
     def delivered_bytes(self) -> int:
+        """How far the direction has been passed on in order: bytes delivered plus gaps skipped."""
         return self._next
 
     def add(self, segment: TcpSegment, packet_number: int, time_ns: int) -> None:
@@ -172,6 +173,7 @@ class DirectionReassembler:
             self._drain(packet_number, time_ns)
 
     def stats(self) -> TcpDirectionStats:
+        """What reassembly saw in this direction: segments, bytes, duplicates, gaps, flags."""
         return TcpDirectionStats(self.src, self.dst, self.segments, self._next, self.duplicate_bytes,
                                  self.out_of_order_segments, tuple(self.gaps), self.syn_seen, self.fin_seen,
                                  self.time_reversals, self.max_time_reversal_ns)
