@@ -22,13 +22,20 @@ BASELINES_BY_MODE = {
 }
 
 
+def baseline_parameters(profile: Profile, cluster: ClusterModel):
+    """The coarse models' parameters of ``profile`` on ``cluster``; raises
+    :class:`~tfbase.errors.UsageError` for a profile they cannot describe (call it before a
+    long simulation whose results the baselines will join)."""
+    return estimate_parameters(
+        profile, bandwidth_down_Bps=cluster.downlink_Bps, bandwidth_up_Bps=cluster.uplink_Bps,
+        alpha_s_per_byte=cluster.overhead_downlink.alpha_s_per_byte, beta_s=cluster.overhead_downlink.beta_s)
+
+
 def baselines(profile: Profile, cluster: ClusterModel, workers: Iterable[int], mode: str = "async"):
     """A DataFrame with columns ``workers``, ``model``, ``throughput_eps``, ``step_time_s``."""
     import pandas as pd
 
-    params = estimate_parameters(
-        profile, bandwidth_down_Bps=cluster.downlink_Bps, bandwidth_up_Bps=cluster.uplink_Bps,
-        alpha_s_per_byte=cluster.overhead_downlink.alpha_s_per_byte, beta_s=cluster.overhead_downlink.beta_s)
+    params = baseline_parameters(profile, cluster)
     wanted = BASELINES_BY_MODE[mode]
     rows = []
     for w in workers:

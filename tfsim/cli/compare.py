@@ -35,8 +35,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from simulate.cluster_file import resolve_cluster
-    from simulate.coarse import baselines
+    from simulate.coarse import baseline_parameters, baselines
     from simulate.sweep import default_jobs, parse_workers, plan_sweep
+    from tfbase.errors import InputError, UsageError
     from tfbase.figures import save_figure
     from tfbase.fileio import Outputs, atomic_output, write_json
     from tfbase.units import parse_rate
@@ -57,6 +58,12 @@ def run(args) -> int:
         measured = read_measured(args.measured, args.setting) if args.measured else None
         if measured is not None:
             check_measured_in_sweep(measured, workers, args.measured)
+        try:  # the baselines' inputs, checked before the sweep
+            baseline_parameters(profile, cluster)
+        except UsageError as err:
+            if err.source != "profile":
+                raise
+            raise InputError(args.profile, err.problem) from None
         sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
                            warmup=min(50, args.steps // 5), cores=args.cores,
                            colocation=task_hosts(args))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from simulate.cluster_file import resolve_cluster
-from simulate.coarse import baselines
+from simulate.coarse import baseline_parameters, baselines
 from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
 from simulate.orderings import expand_random, order_gains, ordering_priorities
 from simulate.planning import Prices, add_costs, pareto_front
@@ -185,6 +185,12 @@ def plan_report(request: ReportRequest) -> ReportPlan:
         plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
                         cores=request.cores, colocation=request.hosts, steps=GANTT_STEPS, seed=request.seed,
                         workers_parameter="gantt_workers")
+    try:  # a profile the baselines cannot describe fails before the sweep, naming its file
+        baseline_parameters(profile, cluster)
+    except UsageError as err:
+        if err.source != "profile":
+            raise
+        raise InputError(request.profile_path, err.problem) from None
     if request.price:
         Prices.parse(request.price)  # checked before anything is simulated
     if request.examples is not None and not request.price:
