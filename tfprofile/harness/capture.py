@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tfbase.errors import CollectError, UsageError
+from tfbase.signals import deferred_signals
 
 IPERF_PORT = 5201
 
@@ -47,6 +48,16 @@ def capture_filter(ports: Sequence[int]) -> str:
     return "tcp and (" + " or ".join(f"port {int(p)}" for p in sorted(set(ports))) + ")"
 
 
+_RUNNING: dict[int, Tcpdump] = {}  # every capture started and not yet stopped, by pid
+
+
+def stop_running_captures() -> None:
+    """Stop every tcpdump this process started and has not stopped: the ``finally`` of a run,
+    which may not hold the capture if a stop signal came just as :meth:`Tcpdump.start` returned."""
+    for capture in list(_RUNNING.values()):
+        capture.stop()
+
+
 @dataclasses.dataclass
 class Tcpdump:
     """A running tcpdump writing ``path``; stop it with :meth:`stop`."""
@@ -62,28 +73,36 @@ class Tcpdump:
         log_path = path.with_suffix(".tcpdump.log")
         argv = [*prefix, "tcpdump", "-i", interface, "-B", "262144", "-s", "0", "-U", "-w", str(path),
                 filter_text or capture_filter(ports)]
-        log = open(log_path, "w")
+        capture = None
         try:
-            process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-        except OSError as exc:
-            raise CollectError(f"cannot start tcpdump: {exc}") from None
-        finally:
-            log.close()
-        deadline = time.monotonic() + timeout_s
-        try:
+            # A stop signal that comes while tcpdump is being started is held until it is ours to
+            # stop: raised inside Popen, it would leave a tcpdump that nothing knows of.
+            with deferred_signals():
+                log = open(log_path, "w")
+                try:
+                    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+                except OSError as exc:
+                    raise CollectError(f"cannot start tcpdump: {exc}") from None
+                finally:
+                    log.close()
+                capture = cls(process, path, log_path)
+                _RUNNING[process.pid] = capture
+            deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:  # tcpdump says "listening on" once the capture is armed
                 if process.poll() is not None:
                     raise CollectError(f"tcpdump failed to start: {_last_line(log_path)} (log: {log_path})")
                 if "listening on" in log_path.read_text(errors="replace"):
-                    return cls(process, path, log_path)
+                    return capture
                 time.sleep(0.05)
             raise CollectError(f"tcpdump did not start capturing within {timeout_s:.0f} s (log: {log_path})")
         except BaseException:  # failed, timed out, or interrupted while waiting: no tcpdump is left behind
-            cls(process, path, log_path).stop()
+            if capture is not None:
+                capture.stop()
             raise
 
     def stop(self) -> dict:
         """Stop the capture; return tcpdump's own counts (captured, dropped by kernel)."""
+        _RUNNING.pop(self.process.pid, None)
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGINT)

@@ -36,7 +36,15 @@ from pathlib import Path
 from tfbase.errors import CollectError, UsageError
 from tfbase.fileio import write_json
 from tfbase.machine import machine_description
-from tfprofile.harness.capture import Tcpdump, capture_filter, gzip_file, measure_bandwidth, require_root, require_tools
+from tfprofile.harness.capture import (
+    Tcpdump,
+    capture_filter,
+    gzip_file,
+    measure_bandwidth,
+    require_root,
+    require_tools,
+    stop_running_captures,
+)
 from tfprofile.harness.task import PROGRESS_PREFIX
 
 RUN_FORMAT = "tfsim.run/1"
@@ -332,6 +340,7 @@ def collect(
             t.stop()
         if tcpdump is not None:
             tcpdump.stop()
+        stop_running_captures()
 
 
 def _exit_text(returncode: int) -> str:

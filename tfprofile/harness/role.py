@@ -45,6 +45,7 @@ from tfprofile.harness.capture import (
     measure_bandwidth_to,
     require_root,
     require_tools,
+    stop_running_captures,
 )
 from tfprofile.harness.launcher import (
     INCOMPLETE_SUFFIX,
@@ -360,3 +361,4 @@ def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, over
         if tcpdump is not None:
             with contextlib.suppress(Exception):
                 tcpdump.stop()
+        stop_running_captures()
