@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tfbase.errors import ChildProcessFailed
-from tfbase.signals import child_process_setup
+from tfbase.signals import blocked_stop_signals, child_process_setup
 
 MAX_JOBS = 256  # more processes than this is a typo, not a machine
 _in_worker = False
@@ -91,7 +91,11 @@ class WorkerPool:
             for _ in range(max(1, int(processes))):
                 parent_end, child_end = context.Pipe()
                 process = context.Process(target=_worker_main, args=(child_end, os.getpid(), shared), daemon=True)
-                process.start()
+                # Stop signals are blocked across the fork: one that came in the child before its
+                # handlers are its own would raise inside the interpreter's at-fork hooks (and
+                # print a traceback); here it waits, and acts once the mask is restored.
+                with blocked_stop_signals():
+                    process.start()
                 child_end.close()
                 self._workers.append((process, parent_end))
         except BaseException:

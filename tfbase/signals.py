@@ -97,11 +97,25 @@ def stopping() -> bool:
     return bool(_state["stopping"])
 
 
+@contextlib.contextmanager
+def blocked_stop_signals() -> Iterator[None]:
+    """Block SIGINT, SIGTERM and SIGHUP in this thread for the block (a fork inside it gives the
+    child the mask; :func:`child_process_setup` lifts it there), then restore the mask: a
+    signal that came meanwhile is delivered then."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def child_process_setup(parent_pid: int) -> None:
-    """In a freshly forked worker: ignore SIGINT, default SIGTERM/SIGHUP, die with the parent."""
+    """In a freshly forked worker: ignore SIGINT, default SIGTERM/SIGHUP, die with the parent;
+    then unblock the stop signals (a fork under :func:`blocked_stop_signals` keeps them blocked)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     _state.update(stopping=False, deferring=0, pending=None)
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
