@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from netcapture import scapy_backend, tshark_backend
-from netcapture.backend import BackendResult
+from netcapture.backend import BackendResult, DirectionLoss
 from netcapture.errors import CaptureWarning, NoHttp2Error, TruncatedCapture
 from netcapture.http2 import Http2Frame
 from netcapture.streams import (
@@ -57,7 +57,9 @@ class Capture:
     stream; ``flow_control`` two timelines per connection (one per direction of data);
     ``connections`` a summary per HTTP/2 connection. ``tcp`` (reassembly statistics per
     direction) and ``gaps`` come from the scapy backend only (tshark reassembles on its own);
-    ``warnings`` lists every defect noticed, one line each.
+    ``losses`` says per direction of each connection what a damaged capture cost
+    (:class:`~netcapture.backend.DirectionLoss`); ``warnings`` lists every defect noticed,
+    one line each.
     """
 
     path: str
@@ -73,6 +75,7 @@ class Capture:
     tcp: tuple[TcpDirectionStats, ...]
     gaps: tuple[TcpGap, ...]
     warnings: tuple[str, ...]
+    losses: tuple[DirectionLoss, ...] = ()
 
     def recv_tensor_streams(self) -> tuple[StreamRecord, ...]:
         """The RecvTensor streams, in order of their request."""
@@ -128,8 +131,8 @@ def assemble(result: BackendResult, require_http2: bool = True) -> Capture:
     if result.kernel_drops:
         notes.append(f"the capture's statistics report {result.kernel_drops} packets dropped by the kernel "
                      "(capture with a larger buffer, e.g. tcpdump -B 262144)")
-    streams = build_streams(result.frames)
-    if result.frames and not any(s.is_grpc for s in streams):
+    streams = build_streams(result.frames, damaged=result.damaged_streams)
+    if result.frames and not any(s.is_grpc or s.is_recv_tensor for s in streams):
         notes.append("the HTTP/2 streams carry no gRPC (no content-type application/grpc)")
     for note in notes:
         warnings.warn(CaptureWarning(result.path, note), stacklevel=3)
@@ -138,7 +141,8 @@ def assemble(result: BackendResult, require_http2: bool = True) -> Capture:
         truncated=result.truncated, kernel_drops=result.kernel_drops,
         connections=summarise_connections(result.frames), frames=result.frames, streams=streams,
         flow_control=build_flow_control(result.frames), tcp=result.tcp, gaps=result.gaps, warnings=tuple(notes),
+        losses=result.losses,
     )
 
 
-__all__ = ["BACKENDS", "BackendResult", "Capture", "TruncatedCapture", "assemble", "read_capture"]
+__all__ = ["BACKENDS", "BackendResult", "Capture", "DirectionLoss", "TruncatedCapture", "assemble", "read_capture"]

@@ -224,6 +224,22 @@ def describe_message(path: str | None, from_client: bool, length: int, compresse
     return GrpcMessage(length, compressed, tensor_content_bytes=tensor_content_bytes(kept))
 
 
+def looks_like_recv_tensor_request(body: bytes) -> bool:
+    """Whether a request body that came without readable headers is a ``RecvTensorRequest``: its
+    field 2 is a rendezvous key (``/job:...;incarnation;/job:...;tensor;frame:iter``). Used for
+    a capture that began mid-connection, where ``:path`` refers to HPACK state never captured.
+
+    >>> looks_like_recv_tensor_request(b"\\x08\\x07\\x12\\x05a;b;c")
+    False
+    """
+    try:
+        _, key = parse_recv_tensor_request(body)
+    except MalformedFrame:
+        return False
+    parsed = RendezvousKey.parse(key) if key else None
+    return parsed is not None and parsed.src_device.startswith("/job:") and parsed.dst_device.startswith("/job:")
+
+
 def keep_bytes_for(path: str | None, from_client: bool) -> int:
     """How much of each message body :class:`GrpcDeframer` must keep for :func:`describe_message`."""
     if path != RECV_TENSOR_PATH:

@@ -90,6 +90,7 @@ class Http2Frame:
     error_code: int | None = None
     last_stream_id: int | None = None
     grpc_messages: tuple[GrpcMessage, ...] = ()
+    damaged: bool = False  # the capture lost part of its payload: header fields only
 
     @property
     def time_s(self) -> float:
@@ -115,13 +116,27 @@ class Http2Frame:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RawFrame:
-    """A frame cut out of the byte stream: header fields, its offset, and its payload."""
+    """A frame cut out of the byte stream: header fields, its offset, and its payload.
+
+    ``declared_length`` is set only on a *damaged* frame, one whose bytes the capture lost in
+    part: its header is known, its payload is not (``payload`` is empty).
+    """
 
     offset: int
     type: int
     flags: int
     stream_id: int
     payload: bytes
+    declared_length: int | None = None
+
+    @property
+    def damaged(self) -> bool:
+        return self.declared_length is not None
+
+    @property
+    def length(self) -> int:
+        """The payload length from the frame header."""
+        return len(self.payload) if self.declared_length is None else self.declared_length
 
 
 def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX_FRAME_PAYLOAD_BYTES
@@ -142,27 +157,99 @@ def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX
     return frame_type, flags, stream_id & 0x7FFFFFFF, length, FRAME_HEADER_BYTES + length
 
 
+# What a frame header of each type may carry (RFC 9113 §6): the flags it defines, whether
+# its stream id must be 0 (True), non-zero (False) or either (None), and its fixed length.
+_ALLOWED_FLAGS = {DATA: FLAG_END_STREAM | FLAG_PADDED,
+                  HEADERS: FLAG_END_STREAM | FLAG_END_HEADERS | FLAG_PADDED | FLAG_PRIORITY,
+                  PRIORITY: 0, RST_STREAM: 0, SETTINGS: FLAG_ACK, PUSH_PROMISE: FLAG_END_HEADERS | FLAG_PADDED,
+                  PING: FLAG_ACK, GOAWAY: 0, WINDOW_UPDATE: 0, CONTINUATION: FLAG_END_HEADERS}
+_STREAM_ZERO = {DATA: False, HEADERS: False, PRIORITY: False, RST_STREAM: False, SETTINGS: True,
+                PUSH_PROMISE: False, PING: True, GOAWAY: True, WINDOW_UPDATE: None, CONTINUATION: False}
+_FIXED_LENGTH = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+RESYNC_CHAIN_FRAMES = 3  # consecutive plausible headers that make a resynchronisation point
+
+
+def plausible_header(buffer: bytes | bytearray, position: int, max_payload: int) -> int | None:
+    """The frame length if the 9 bytes at ``position`` can be a frame header a gRPC peer sends,
+    else ``None``: a known type, only the flags that type defines, the reserved bit clear, the
+    stream id and length that type requires, a length within ``max_payload``.
+
+    >>> plausible_header(bytes.fromhex("000004080000000000"), 0, 16384)  # WINDOW_UPDATE, stream 0
+    4
+    >>> plausible_header(bytes(9), 0, 16384) is None                    # DATA on stream 0
+    True
+    """
+    high, low, frame_type, flags, stream_word = struct.unpack_from("!BHBBI", buffer, position)
+    length = (high << 16) | low
+    if frame_type > CONTINUATION or length > max_payload or stream_word >> 31 or flags & ~_ALLOWED_FLAGS[frame_type]:
+        return None
+    zero = _STREAM_ZERO[frame_type]
+    if zero is not None and zero != (stream_word == 0):
+        return None
+    fixed = _FIXED_LENGTH.get(frame_type)
+    if fixed is not None and length != fixed:
+        return None
+    if frame_type == SETTINGS and (length % 6 or (flags & FLAG_ACK and length)):
+        return None
+    if frame_type == GOAWAY and length < 8:
+        return None
+    return length
+
+
 class FrameSplitter:
     """Cut one direction's byte stream into :class:`RawFrame` objects as bytes arrive.
 
     ``expect_preface``: the stream must start with the client connection preface
-    (:class:`MalformedFrame` otherwise).
+    (:class:`MalformedFrame` otherwise). ``synchronised=False``: the stream starts at an
+    unknown point (a capture that began mid-connection); the splitter first looks for a frame
+    boundary, as after a loss.
+
+    Lost bytes (:meth:`lose`) cost only the frames they touch. A frame whose header was
+    captured ends where its header says: it comes out *damaged* (header, no payload) and
+    cutting goes on after it. A loss that covers a frame header leaves the boundary
+    unknown: the splitter resynchronises on the first of ``RESYNC_CHAIN_FRAMES``
+    consecutive plausible headers (:func:`plausible_header`), each where the previous one
+    ends. :attr:`lost_bytes` counts bytes never captured, :attr:`skipped_bytes` captured
+    bytes that could not be framed or belonged to a damaged frame.
     """
 
-    def __init__(self, expect_preface: bool):
+    def __init__(self, expect_preface: bool, synchronised: bool = True,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         self._buffer = bytearray()
         self._buffer_offset = 0  # stream offset of _buffer[0]
-        self._need_preface = expect_preface
+        self._need_preface = expect_preface and synchronised
+        self._synchronised = synchronised
+        self.max_frame_bytes = max_frame_bytes  # what the receiver allows (its SETTINGS may raise it)
+        self._damaged: RawFrame | None = None  # a frame cut by a loss, ending at _damaged_end
+        self._damaged_end = 0
+        self.lost_bytes = 0
+        self.skipped_bytes = 0
+        self.damaged_frames = 0
+        self.resyncs = 0
 
     @property
     def buffered_bytes(self) -> int:
         return len(self._buffer)
 
+    @property
+    def synchronised(self) -> bool:
+        return self._synchronised
+
     def feed(self, data: bytes) -> list[RawFrame]:
         """Take a direction's next bytes (after the client preface, if any); return the frames they
         complete. A frame cut by the end of ``data`` waits for the next call."""
+        frames: list[RawFrame] = []
+        if self._damaged is not None:
+            take = min(len(data), self._damaged_end - self._buffer_offset)
+            self.skipped_bytes += take
+            self._buffer_offset += take
+            data = data[take:]
+            if self._buffer_offset < self._damaged_end:
+                return frames
+            frames.append(self._end_damaged())
         self._buffer += data
-        frames = []
+        if not self._synchronised and not self._resynchronise():
+            return frames
         position = 0
         if self._need_preface:
             if len(self._buffer) < len(PREFACE):
@@ -189,6 +276,76 @@ class FrameSplitter:
                 del self._buffer[:position]
                 self._buffer_offset += position
         return frames
+
+    def lose(self, missing_bytes: int) -> list[RawFrame]:
+        """The next ``missing_bytes`` of the stream were never captured; returns the damaged frame
+        this completes, if any. Cutting goes on after the missing bytes."""
+        self.lost_bytes += missing_bytes
+        gap_end = self._buffer_offset + len(self._buffer) + missing_bytes
+        frames: list[RawFrame] = []
+        if self._damaged is None and self._synchronised and not self._need_preface \
+                and len(self._buffer) >= FRAME_HEADER_BYTES:
+            # The frame in progress has its header: it ends where the header says.
+            high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", self._buffer, 0)
+            length = (high << 16) | low
+            self._damaged = RawFrame(self._buffer_offset, frame_type, flags, stream_id & 0x7FFFFFFF, b"", length)
+            self._damaged_end = self._buffer_offset + FRAME_HEADER_BYTES + length
+            self.skipped_bytes += len(self._buffer)
+            self._buffer.clear()
+        if self._damaged is not None:
+            if gap_end < self._damaged_end:
+                self._buffer_offset = gap_end
+                return frames
+            frames.append(self._end_damaged())
+            if gap_end == self._damaged_end:
+                return frames
+        # The next frame header is in the missing bytes: the boundary after them is unknown.
+        self.skipped_bytes += len(self._buffer)
+        self._buffer.clear()
+        self._buffer_offset = gap_end
+        self._synchronised = False
+        self._need_preface = False
+        return frames
+
+    def _end_damaged(self) -> RawFrame:
+        frame, self._damaged = self._damaged, None
+        self._buffer_offset = self._damaged_end
+        self.damaged_frames += 1
+        return frame
+
+    def _resynchronise(self) -> bool:
+        """Find a frame boundary in the buffer; drop (and count) the bytes before it."""
+        buffer, limit = self._buffer, self.max_frame_bytes
+        position = 0
+        while len(buffer) - position >= FRAME_HEADER_BYTES:
+            verdict = self._chain_from(position, limit)
+            if verdict is None:  # the chain runs past the buffer: wait for more bytes
+                break
+            if verdict:
+                self.skipped_bytes += position
+                del buffer[:position]
+                self._buffer_offset += position
+                self._synchronised = True
+                self.resyncs += 1
+                return True
+            position += 1
+        else:
+            position = max(0, len(buffer) - (FRAME_HEADER_BYTES - 1))
+        self.skipped_bytes += position
+        del buffer[:position]
+        self._buffer_offset += position
+        return False
+
+    def _chain_from(self, position: int, limit: int) -> bool | None:
+        """Whether plausible headers chain from ``position`` (``None``: not enough bytes to tell)."""
+        for _ in range(RESYNC_CHAIN_FRAMES):
+            if len(self._buffer) - position < FRAME_HEADER_BYTES:
+                return None
+            length = plausible_header(self._buffer, position, limit)
+            if length is None:
+                return False
+            position += FRAME_HEADER_BYTES + length
+        return True
 
 
 def split_padding(flags: int, payload: bytes) -> tuple[int, int]:
@@ -228,7 +385,27 @@ class DirectionDecoder:
         self._hpack.max_header_list_size = 1 << 30
         self._block = bytearray()
         self._block_stream: int | None = None
+        self._block_lost = False  # the open block lost a fragment: swallow it to its end
         self.hpack_failed = False
+        self.table_uncertain = False  # a lost header block may have changed the dynamic table
+
+    def lose_frame(self, frame: RawFrame) -> FrameDetails:
+        """What is left of a damaged frame (:attr:`RawFrame.damaged`): a DATA frame's length, no
+        header block (and the block it belongs to is lost), no control fields."""
+        if frame.type == DATA:
+            return FrameDetails(data_bytes=frame.length)
+        if frame.type in (HEADERS, PUSH_PROMISE, CONTINUATION):
+            self.lose_header_blocks()
+            if not frame.flags & FLAG_END_HEADERS:
+                self._block_stream, self._block_lost = frame.stream_id, True
+        return FrameDetails()
+
+    def lose_header_blocks(self) -> None:
+        """Header blocks went missing (a damaged frame, or bytes skipped to a new frame boundary):
+        the open block is dropped, and the table is uncertain from now on."""
+        self._block.clear()
+        self._block_stream, self._block_lost = None, False
+        self.table_uncertain = True
 
     def decode(self, frame: RawFrame) -> FrameDetails:
         """Decode ``frame``'s body; raises :class:`MalformedFrame` for a broken frame."""
@@ -274,6 +451,8 @@ class DirectionDecoder:
                 raise MalformedFrame(None, f"CONTINUATION on stream {frame.stream_id} without a header block open")
             fragment = payload
         else:
+            if self._block_lost:  # the lost block's last fragment was lost too
+                self._block_stream, self._block_lost = None, False
             if self._block_stream is not None:
                 raise MalformedFrame(None, f"new header block on stream {frame.stream_id} before the block of "
                                      f"stream {self._block_stream} ended")
@@ -292,6 +471,9 @@ class DirectionDecoder:
         block = bytes(self._block)
         self._block.clear()
         self._block_stream = None
+        if self._block_lost:
+            self._block_lost = False
+            return None
         return self._hpack_decode(block)
 
     def _hpack_decode(self, block: bytes) -> Headers | None:
@@ -303,5 +485,29 @@ class DirectionDecoder:
             pairs = self._hpack.decode(block, raw=True)
         except (HPACKError, IndexError, ValueError) as exc:
             self.hpack_failed = True
-            raise MalformedFrame(None, f"HPACK header block cannot be decoded ({exc})") from None
-        return tuple((name.decode("utf-8", "replace"), value.decode("utf-8", "replace")) for name, value in pairs)
+            cause = " after header blocks were lost" if self.table_uncertain else ""
+            raise MalformedFrame(None, f"HPACK header block cannot be decoded{cause} ({exc}); "
+                                 "headers of this direction are not decoded from here on") from None
+        headers = tuple((name.decode("utf-8", "replace"), value.decode("utf-8", "replace")) for name, value in pairs)
+        if self.table_uncertain and not _well_formed(headers):
+            # A lost insertion shifts the indices of older entries: such a block decodes, wrongly.
+            self.hpack_failed = True
+            raise MalformedFrame(None, "a header block decoded after header blocks were lost is not well formed; "
+                                 "headers of this direction are not decoded from here on")
+        return headers
+
+
+def _well_formed(headers: Headers) -> bool:
+    """RFC 9113 §8.2-8.3: names lowercase tokens, pseudo-headers first, a response or trailers
+    block (``:status`` or ``grpc-status``) or a request (``:path``)."""
+    names = [name for name, _ in headers]
+    pseudo_done = False
+    for name in names:
+        if not name or name != name.lower() or any(c.isspace() for c in name):
+            return False
+        if name.startswith(":"):
+            if pseudo_done:
+                return False
+        else:
+            pseudo_done = True
+    return any(n in (":status", ":path", "grpc-status") for n in names)

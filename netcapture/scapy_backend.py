@@ -7,17 +7,27 @@ reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
 :mod:`netcapture.http2`, gRPC messages split by :mod:`netcapture.grpc`.
 
 Which connections are HTTP/2: those whose client (the side that sent the SYN, or else the
-side whose byte stream starts so) opens with the 24-byte connection preface. A connection
-whose start is not in the capture cannot be decoded (its HPACK state and frame boundaries
-are unknown) and is reported in the warnings. With ``server_ports``, only connections to
-those ports are considered.
+side whose byte stream starts so) opens with the 24-byte connection preface; and, in a
+capture that began after the connection opened (no SYN, no preface), those whose bytes
+hold a chain of plausible HTTP/2 frame headers (:func:`netcapture.http2.plausible_header`).
+The client of such a connection is the side not on one of ``server_ports`` (without them:
+the side on the higher port, the ephemeral one). Its header blocks refer to a dynamic
+table the capture never showed, so its headers are decoded only as far as they can be.
+With ``server_ports``, only connections to those ports are considered.
 
 Bytes the server sends before the client's preface has been seen are held back (up to
 ``MAX_HELD_BYTES``) and decoded once the connection is known to be HTTP/2, with the
 packet stamps they arrived with.
 
-A TCP gap (bytes never captured) ends HTTP/2 decoding of that direction: frame
-boundaries after it are unknown. The gap and the bytes left undecoded are reported.
+A TCP gap (bytes never captured) costs the frames it touches, no more
+(:meth:`netcapture.http2.FrameSplitter.lose`): a frame whose header was captured comes out
+damaged, and decoding goes on at the next frame boundary. A gRPC message cut by a gap is
+not decoded, nor is the rest of its stream. :class:`netcapture.backend.DirectionLoss`
+counts, per direction, the bytes decoded, lost, and skipped.
+
+A 4-tuple used again (a SYN whose sequence number does not start the stream already seen,
+or, without a SYN, data far from the expected sequence number after ``REUSE_IDLE_S`` of
+silence) starts a new connection, told apart by :attr:`ConnectionId.instance`.
 """
 
 from __future__ import annotations
@@ -25,13 +35,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from netcapture.backend import BackendResult
+from netcapture.backend import BackendResult, DirectionLoss
 from netcapture.errors import MalformedFrame, TruncatedCapture
-from netcapture.grpc import GrpcDeframer, describe_message, keep_bytes_for
+from netcapture.grpc import (
+    MAX_KEPT_REQUEST_BYTES,
+    RECV_TENSOR_PATH,
+    GrpcDeframer,
+    describe_message,
+    keep_bytes_for,
+    looks_like_recv_tensor_request,
+)
 from netcapture.http2 import (
     DATA,
     FLAG_END_STREAM,
+    HEADERS,
     PREFACE,
+    RST_STREAM,
     DirectionDecoder,
     FrameSplitter,
     Http2Frame,
@@ -43,6 +62,14 @@ from netcapture.pcap import PcapReader, check_snaplen
 from netcapture.tcp import ConnectionId, DirectionReassembler, Endpoint
 
 MAX_HELD_BYTES = 4 << 20
+# A capture that began mid-connection: the held bytes of either direction must show a chain of
+# frame headers within this much, or the connection is not HTTP/2.
+MID_STREAM_PROBE_BYTES = 256 << 10
+# A 4-tuple is taken as reused without a SYN when data this far from the expected sequence
+# number arrives after this much silence: no window is that large, no retransmission so late.
+REUSE_SEQUENCE_JUMP_BYTES = 64 << 20
+REUSE_IDLE_S = 1.0
+EPHEMERAL_PORT_FLOOR = 32768  # Linux's default ip_local_port_range starts here
 
 
 class _Direction:
@@ -57,43 +84,63 @@ class _Direction:
         self.splitter: FrameSplitter | None = None
         self.decoder: DirectionDecoder | None = None
         self.from_client = False
-        self.broken = False
+        self.broken = False  # a malformed frame: nothing after it can be trusted
         self.undecoded_bytes = 0
+        self.gaps = 0
         self.deframers: dict[int, GrpcDeframer | None] = {}
         self.grpc_streams: set[int] = set()
+        self.header_frames: set[int] = set()  # streams whose (intact) HEADERS this direction sent
+        self.decoded_headers: set[int] = set()  # ... and whose header block could be decoded
+        self.open_streams: set[int] = set()  # streams this direction has not ended
 
     def _on_bytes(self, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         self.connection.on_bytes(self, data, offset, packet_number, time_ns)
 
     def _on_gap(self, offset: int, missing_bytes: int, packet_number: int) -> None:
-        if self.splitter is not None and not self.broken:
-            self.connection.backend.warn(
-                f"{self.src} -> {self.dst}: {missing_bytes} bytes at offset {offset} missing from the capture "
-                f"(TCP gap, packet {packet_number}): HTTP/2 frames after it cannot be decoded")
-        self.broken = True
+        self.gaps += 1
+        self.connection.on_gap(self, missing_bytes, packet_number)
+
+    def loss(self) -> DirectionLoss:
+        splitter = self.splitter
+        delivered = self.reassembler.delivered_bytes
+        lost = sum(g.missing_bytes for g in self.reassembler.gaps)
+        skipped = (splitter.skipped_bytes + splitter.buffered_bytes) if splitter else 0
+        return DirectionLoss(
+            connection=self.connection.id, from_client=self.from_client, src=self.src, dst=self.dst,
+            decoded_bytes=max(0, delivered - lost - skipped - self.undecoded_bytes), lost_bytes=lost,
+            skipped_bytes=skipped + self.undecoded_bytes, gaps=self.gaps,
+            damaged_frames=splitter.damaged_frames if splitter else 0, resyncs=splitter.resyncs if splitter else 0,
+            mid_stream_start=self.connection.mid_stream)
 
 
 class _Connection:
     """Both directions of one TCP connection and whether it carries HTTP/2."""
 
-    def __init__(self, backend: _Decoder, a: Endpoint, b: Endpoint):
+    def __init__(self, backend: _Decoder, a: Endpoint, b: Endpoint, instance: int = 0):
         self.backend = backend
+        self.instance = instance
         self.directions = {(a, b): _Direction(self, a, b), (b, a): _Direction(self, b, a)}
         self.client: Endpoint | None = None  # from the SYN, when captured
         self.state = "undecided"  # then "http2" or "other"
+        self.mid_stream = False
         self.id: ConnectionId | None = None
         self.paths: dict[int, str] = {}
-        self.order: list[tuple[_Direction, bytes, int, int, int]] = []  # held chunks, arrival order
+        self.grpc_requests: set[int] = set()  # streams whose request declared gRPC
+        # held chunks and gaps, in arrival order: (direction, data or None, offset or missing, number, time)
+        self.order: list[tuple[_Direction, bytes | None, int, int, int]] = []
+        self.last_time_ns = 0
+        self._next_probe_bytes = 4096  # held bytes at which to look for mid-stream frames next
 
     def add(self, segment: TcpSegment, packet_number: int, time_ns: int) -> None:
         if segment.flags & (SYN | ACK) == SYN and self.client is None:
             self.client = Endpoint(segment.src_ip, segment.src_port)
+        self.last_time_ns = max(self.last_time_ns, time_ns)
         src, dst = Endpoint(segment.src_ip, segment.src_port), Endpoint(segment.dst_ip, segment.dst_port)
         self.directions[(src, dst)].reassembler.add(segment, packet_number, time_ns)
 
     def on_bytes(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         if self.state == "http2":
-            self.backend.frames_from(direction, data, offset, packet_number, time_ns)
+            self.backend.frames_from(direction, data, packet_number, time_ns)
             return
         if self.state == "other":
             return
@@ -102,6 +149,12 @@ class _Connection:
         if len(direction.head) < len(PREFACE) and offset == len(direction.head):
             direction.head += data[: len(PREFACE) - len(direction.head)]
         self._decide()
+
+    def on_gap(self, direction: _Direction, missing_bytes: int, packet_number: int) -> None:
+        if self.state == "http2":
+            self.backend.gap_in(direction, missing_bytes, packet_number)
+        elif self.state == "undecided":
+            self.order.append((direction, None, missing_bytes, packet_number, 0))
 
     def _decide(self) -> None:
         directions = list(self.directions.values())
@@ -114,30 +167,80 @@ class _Connection:
             not_http2 = any(d.src == self.client for d in decided)
         else:
             not_http2 = len(decided) == len(directions)
-        if not_http2 or sum(d.held_bytes for d in directions) > MAX_HELD_BYTES:
-            self.state = "other"
-            self.order.clear()
+        if not_http2 and self._syn_seen():
+            self._give_up()
+            return
+        held = sum(d.held_bytes for d in directions)
+        if decided and not self._syn_seen() and held >= self._next_probe_bytes:
+            # Probing joins the held bytes: do it at doubling sizes, not on every packet.
+            self._next_probe_bytes = 2 * held
+            verdict = self._mid_stream_frames()
+            if verdict:
+                self._start_http2(self._mid_stream_client(), mid_stream=True)
+                return
+            if verdict is False:
+                self._give_up()
+                return
+        if held > MAX_HELD_BYTES:
+            self._give_up()
 
-    def _start_http2(self, client: _Direction) -> None:
+    def _syn_seen(self) -> bool:
+        return self.client is not None or any(d.reassembler.syn_seen for d in self.directions.values())
+
+    def _give_up(self) -> None:
+        self.state = "other"
+        self.order.clear()
+
+    def _mid_stream_frames(self) -> bool | None:
+        """Whether a direction's held bytes hold a chain of frame headers (``None``: not yet known)."""
+        undecided = False
+        for direction in self.directions.values():
+            held = b"".join(data for d, data, _, _, _ in self.order if d is direction and data is not None)
+            probe = FrameSplitter(expect_preface=False, synchronised=False)
+            probe.feed(held[:MID_STREAM_PROBE_BYTES])
+            if probe.synchronised:
+                return True
+            undecided |= len(held) < MID_STREAM_PROBE_BYTES
+        return None if undecided else False
+
+    def _mid_stream_client(self) -> _Direction:
+        """The client's direction of a connection whose SYN was not captured; see the module docstring."""
+        a, b = self.directions.values()
+        ports = self.backend.server_ports
+        if ports is not None and (a.dst.port in ports) != (b.dst.port in ports):
+            return a if a.dst.port in ports else b
+        if (a.src.port >= EPHEMERAL_PORT_FLOOR) != (b.src.port >= EPHEMERAL_PORT_FLOOR):
+            return a if a.src.port >= EPHEMERAL_PORT_FLOOR else b
+        return a if a.src.port > b.src.port else b
+
+    def _start_http2(self, client: _Direction, mid_stream: bool = False) -> None:
         self.state = "http2"
+        self.mid_stream = mid_stream
         server = next(d for d in self.directions.values() if d is not client)
-        self.id = ConnectionId(client.src.ip, client.src.port, client.dst.ip, client.dst.port)
-        for direction, expect_preface in ((client, True), (server, False)):
-            direction.from_client = expect_preface
-            direction.splitter = FrameSplitter(expect_preface)
+        self.id = ConnectionId(client.src.ip, client.src.port, client.dst.ip, client.dst.port, self.instance)
+        for direction, from_client in ((client, True), (server, False)):
+            direction.from_client = from_client
+            direction.splitter = FrameSplitter(expect_preface=from_client, synchronised=not mid_stream)
             direction.decoder = DirectionDecoder()
+            if mid_stream:
+                direction.decoder.lose_header_blocks()
         held, self.order = self.order, []
         for direction, data, offset, packet_number, time_ns in held:
-            self.backend.frames_from(direction, data, offset, packet_number, time_ns)
+            if data is None:
+                self.backend.gap_in(direction, offset, packet_number)
+            else:
+                self.backend.frames_from(direction, data, packet_number, time_ns)
 
     def finish(self, packet_number: int, time_ns: int) -> None:
         for direction in self.directions.values():
             direction.reassembler.finish(packet_number, time_ns)
+        if self.state == "undecided" and self.order and not self._syn_seen() and self._mid_stream_frames():
+            self._start_http2(self._mid_stream_client(), mid_stream=True)
         if self.state != "http2":
             return
         for direction in self.directions.values():
             left = direction.splitter.buffered_bytes if direction.splitter else 0
-            if left and not direction.broken:
+            if left and not direction.broken and direction.splitter.synchronised:
                 self.backend.warn(f"{direction.src} -> {direction.dst}: the capture ends inside an HTTP/2 frame "
                                   f"({left} bytes of it captured)")
 
@@ -147,8 +250,10 @@ class _Decoder:
         self.path = path
         self.server_ports = server_ports
         self.connections: dict[frozenset, _Connection] = {}
+        self.instances: dict[frozenset, int] = {}
         self.retired: list[_Connection] = []
         self.frames: list[tuple[int, int, Http2Frame]] = []
+        self.damaged_streams: set[tuple[ConnectionId, int]] = set()
         self.warnings: list[str] = []
 
     def warn(self, message: str) -> None:
@@ -162,83 +267,156 @@ class _Decoder:
             return  # a socket talking to itself has no client and server to decode
         key = frozenset(((segment.src_ip, segment.src_port), (segment.dst_ip, segment.dst_port)))
         connection = self.connections.get(key)
-        if connection is not None and segment.flags & (SYN | ACK) == SYN and self._reused(connection, segment):
+        if connection is not None and self._reused(connection, segment, time_ns):
             connection.finish(packet_number, time_ns)
             self.retired.append(connection)
             connection = None
         if connection is None:
+            instance = self.instances[key] = self.instances.get(key, -1) + 1
             connection = self.connections[key] = _Connection(
-                self, Endpoint(segment.src_ip, segment.src_port), Endpoint(segment.dst_ip, segment.dst_port))
+                self, Endpoint(segment.src_ip, segment.src_port), Endpoint(segment.dst_ip, segment.dst_port), instance)
         connection.add(segment, packet_number, time_ns)
 
     @staticmethod
-    def _reused(connection: _Connection, segment: TcpSegment) -> bool:
-        """A new SYN on a 4-tuple whose previous connection carried data: a new connection."""
-        direction = connection.directions[(Endpoint(segment.src_ip, segment.src_port),
-                                           Endpoint(segment.dst_ip, segment.dst_port))]
-        return direction.reassembler.delivered_bytes > 0 or direction.reassembler.fin_seen
+    def _reused(connection: _Connection, segment: TcpSegment, time_ns: int) -> bool:
+        """Whether ``segment`` belongs to a new connection on the same 4-tuple (module docstring)."""
+        reassembler = connection.directions[(Endpoint(segment.src_ip, segment.src_port),
+                                             Endpoint(segment.dst_ip, segment.dst_port))].reassembler
+        idle_s = (time_ns - connection.last_time_ns) / 1e9
+        if segment.flags & (SYN | ACK) == SYN:
+            if reassembler.fin_seen:
+                return True
+            offset = reassembler.offset_of((segment.seq + 1) & 0xFFFFFFFF)
+            if offset is None:
+                return False
+            # A late or repeated copy of this stream's own SYN starts at (or just before) offset
+            # 0, and comes before data or among it, not after a silence.
+            own_start = -REUSE_SEQUENCE_JUMP_BYTES <= offset <= 0
+            return not own_start or (reassembler.delivered_bytes > 0 and idle_s >= REUSE_IDLE_S)
+        if not segment.payload or segment.flags & SYN or not reassembler.started:
+            return False
+        offset = reassembler.offset_of(segment.seq)
+        return idle_s >= REUSE_IDLE_S and abs(offset - reassembler.delivered_bytes) > REUSE_SEQUENCE_JUMP_BYTES
 
-    def frames_from(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
+    def gap_in(self, direction: _Direction, missing_bytes: int, packet_number: int) -> None:
+        if direction.broken:
+            direction.undecoded_bytes += missing_bytes
+            return
+        splitter = direction.splitter
+        was_synchronised = splitter.synchronised
+        for raw in splitter.lose(missing_bytes):
+            self.frames.append((packet_number, raw.offset, self._frame(direction, raw, packet_number,
+                                                                        self._time_of(direction))))
+        if was_synchronised and not splitter.synchronised:
+            # Whole frames went missing, header blocks and gRPC message starts among them: the
+            # streams in progress lost frames, and any of them may have ended unseen.
+            direction.decoder.lose_header_blocks()
+            direction.deframers = dict.fromkeys(direction.deframers)
+            self.damaged_streams.update((direction.connection.id, s) for s in direction.open_streams)
+            direction.open_streams.clear()
+
+    @staticmethod
+    def _time_of(direction: _Direction) -> int:
+        return direction.reassembler.last_time_ns or 0
+
+    def frames_from(self, direction: _Direction, data: bytes, packet_number: int, time_ns: int) -> None:
         if direction.broken:
             direction.undecoded_bytes += len(data)
             return
+        splitter = direction.splitter
+        was_synchronised = splitter.synchronised
         try:
-            raws = direction.splitter.feed(data)
+            raws = splitter.feed(data)
         except MalformedFrame as exc:
             self.warn(f"{direction.src} -> {direction.dst}: {exc.problem}; the rest of this direction is not decoded")
             direction.broken = True
             return
+        if not was_synchronised and splitter.synchronised:
+            direction.decoder.lose_header_blocks()
         for raw in raws:
             self.frames.append((packet_number, raw.offset, self._frame(direction, raw, packet_number, time_ns)))
 
     def _frame(self, direction: _Direction, raw: RawFrame, packet_number: int, time_ns: int) -> Http2Frame:
         connection = direction.connection
-        try:
-            details = direction.decoder.decode(raw)
-        except MalformedFrame as exc:
-            self.warn(f"{direction.src} -> {direction.dst}, packet {packet_number}: {exc.problem}")
-            details = None
+        if raw.damaged:
+            details = direction.decoder.lose_frame(raw)
+            if raw.type == DATA:
+                direction.deframers[raw.stream_id] = None  # its gRPC message boundaries are lost
+        else:
+            try:
+                details = direction.decoder.decode(raw)
+            except MalformedFrame as exc:
+                self.warn(f"{direction.src} -> {direction.dst}, packet {packet_number}: {exc.problem}")
+                details = None
         messages = ()
-        if details is not None:
+        if raw.type == HEADERS and not raw.damaged:
+            direction.header_frames.add(raw.stream_id)
+        if raw.stream_id and raw.type in (HEADERS, DATA):
+            direction.open_streams.add(raw.stream_id)
+        if details is not None and not raw.damaged:
             if details.headers:
+                direction.decoded_headers.add(raw.stream_id)
                 headers = dict(details.headers)
                 if direction.from_client and ":path" in headers:
                     connection.paths.setdefault(raw.stream_id, headers[":path"])
                 # Only a direction that declared gRPC is split into gRPC messages.
                 if headers.get("content-type", "").startswith("application/grpc"):
                     direction.grpc_streams.add(raw.stream_id)
+                    if direction.from_client:
+                        connection.grpc_requests.add(raw.stream_id)
             if raw.type == DATA and details.data_bytes:
                 messages = self._grpc(direction, raw, packet_number)
-        if raw.flags & FLAG_END_STREAM:  # this direction of the stream is over (gRPC ends it with trailers)
+        if (raw.type in (HEADERS, DATA) and raw.flags & FLAG_END_STREAM) or raw.type == RST_STREAM:
+            # this direction of the stream is over (gRPC ends it with trailers)
             direction.deframers.pop(raw.stream_id, None)
             direction.grpc_streams.discard(raw.stream_id)
+            direction.open_streams.discard(raw.stream_id)
         fields = {} if details is None else {
             "data_bytes": details.data_bytes, "headers": details.headers, "settings": details.settings,
             "window_increment": details.window_increment, "ping_opaque": details.ping_opaque,
             "error_code": details.error_code, "last_stream_id": details.last_stream_id}
         return Http2Frame(packet_number, time_ns, connection.id, direction.from_client, raw.type, raw.flags,
-                          raw.stream_id, len(raw.payload), grpc_messages=messages, **fields)
+                          raw.stream_id, raw.length, grpc_messages=messages, damaged=raw.damaged, **fields)
 
     def _grpc(self, direction: _Direction, raw: RawFrame, packet_number: int) -> tuple:
-        if raw.stream_id not in direction.grpc_streams:
-            return ()
-        path = direction.connection.paths.get(raw.stream_id)
-        deframer = direction.deframers.get(raw.stream_id, ...)
+        stream, connection = raw.stream_id, direction.connection
+        guessing = False
+        if stream not in direction.grpc_streams:
+            # Headers that could not be decoded (header blocks lost before them): a response is
+            # gRPC when its request was; a request is read as a RecvTensorRequest if it parses
+            # as one. Either must have sent its HEADERS here, or its DATA may start mid-message.
+            unreadable = direction.decoder.table_uncertain and stream in direction.header_frames \
+                and stream not in direction.decoded_headers
+            if not unreadable or not (direction.from_client or stream in connection.grpc_requests):
+                return ()
+            guessing = direction.from_client and stream not in connection.paths
+        path = RECV_TENSOR_PATH if guessing else connection.paths.get(stream)
+        deframer = direction.deframers.get(stream, ...)
         if deframer is ...:
-            deframer = direction.deframers[raw.stream_id] = GrpcDeframer(keep_bytes_for(path, direction.from_client))
+            if stream not in direction.header_frames:
+                return ()  # its start was in bytes the capture lost
+            keep = MAX_KEPT_REQUEST_BYTES if guessing else keep_bytes_for(path, direction.from_client)
+            deframer = direction.deframers[stream] = GrpcDeframer(keep)
         if deframer is None:
             return ()
         start, end = split_padding(raw.flags, raw.payload)
         try:
             done = deframer.feed(raw.payload[start:end])
+            if guessing and done:
+                if not looks_like_recv_tensor_request(done[0][2]):
+                    direction.deframers[stream] = None
+                    return ()
+                connection.paths[stream] = RECV_TENSOR_PATH
+                connection.grpc_requests.add(stream)
             messages = tuple(describe_message(path, direction.from_client, *m) for m in done)
         except MalformedFrame as exc:
-            self.warn(f"{direction.src} -> {direction.dst}, stream {raw.stream_id}, packet {packet_number}: "
-                      f"{exc.problem}; gRPC decoding of this stream stops")
-            direction.deframers[raw.stream_id] = None
+            direction.deframers[stream] = None
+            if not guessing:
+                self.warn(f"{direction.src} -> {direction.dst}, stream {stream}, packet {packet_number}: "
+                          f"{exc.problem}; gRPC decoding of this stream stops")
             return ()
         if raw.flags & FLAG_END_STREAM:
-            direction.deframers.pop(raw.stream_id, None)
+            direction.deframers.pop(stream, None)
         return messages
 
     def all_connections(self) -> list[_Connection]:
@@ -270,16 +448,21 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
     connections = decoder.all_connections()
     for connection in connections:
         connection.finish(last_number, last_time)
-    tcp_stats, gaps, others = [], [], 0
+    tcp_stats, gaps, losses, others = [], [], [], 0
     for connection in connections:
+        if connection.state == "http2" and connection.mid_stream:
+            decoder.warn(f"{connection.id}: the capture starts after this connection opened; decoding starts at "
+                         "the first frame boundary found, and its header blocks are decoded only where they do not "
+                         "refer to what the capture missed")
         for direction in connection.directions.values():
             stats = direction.reassembler.stats()
             if connection.state == "http2":
                 tcp_stats.append(stats)
                 gaps.extend(stats.gaps)
-                if direction.undecoded_bytes:
-                    decoder.warn(f"{direction.src} -> {direction.dst}: {direction.undecoded_bytes} bytes after a "
-                                 "TCP gap or a malformed frame were not decoded")
+                loss = direction.loss()
+                losses.append(loss)
+                if loss.lost_bytes or loss.skipped_bytes > direction.splitter.buffered_bytes:
+                    decoder.warn(loss.describe())
         if connection.state != "http2" and any(d.reassembler.delivered_bytes for d in connection.directions.values()):
             others += 1
             if server_ports is not None:
@@ -291,6 +474,7 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
         path=path, backend="scapy", packets=reader.packets_read, file_format=reader.format,
         truncated=truncated, kernel_drops=reader.kernel_drops,
         frames=tuple(frame for _, _, frame in decoder.frames),
-        tcp=tuple(tcp_stats), gaps=tuple(gaps), warnings=tuple(decoder.warnings),
+        tcp=tuple(tcp_stats), gaps=tuple(gaps), losses=tuple(losses),
+        damaged_streams=frozenset(decoder.damaged_streams), warnings=tuple(decoder.warnings),
         other_tcp_connections=others, non_tcp_packets=non_tcp,
     )

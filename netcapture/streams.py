@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from netcapture.grpc import RECV_TENSOR_PATH, RendezvousKey
 from netcapture.http2 import (
@@ -104,6 +104,7 @@ class StreamRecord:
     reset_error_code: int | None
     request_frames: tuple[DataFrameEvent, ...]
     response_frames: tuple[DataFrameEvent, ...]
+    damaged: bool = False  # the capture lost some of its frames' bytes, or the HEADERS before its DATA
 
     @property
     def is_grpc(self) -> bool:
@@ -271,9 +272,11 @@ class _StreamBuilder:
         self.request_messages = self.response_messages = 0
         self.tensor_content = None
         self.grpc_status = self.reset = None
+        self.damaged = False
 
     def add(self, frame: Http2Frame) -> None:
         time_s = frame.time_s
+        self.damaged |= frame.damaged
         if frame.type in (HEADERS, CONTINUATION):
             self._headers(frame, time_s)
         elif frame.type == DATA:
@@ -330,9 +333,12 @@ class _StreamBuilder:
     def record(self) -> StreamRecord:
         """The stream as a finished :class:`StreamRecord`: its tensor key, sizes and times."""
         parsed = RendezvousKey.parse(self.key) if self.key else None
+        # Only a RecvTensor request yields a rendezvous key: it names the RPC when the headers
+        # could not be decoded (a capture that began mid-connection).
+        path = self.path if self.path is not None or self.key is None else RECV_TENSOR_PATH
         data_times = [e.time_s for e in self.response_frames if e.length_bytes]
         return StreamRecord(
-            connection=self.connection, stream_id=self.stream_id, rpc_path=self.path,
+            connection=self.connection, stream_id=self.stream_id, rpc_path=path,
             content_type=self.content_type, rendezvous_key=self.key,
             tensor_name=parsed.tensor_name if parsed else None, step_id=self.step_id,
             src_device=parsed.src_device if parsed else None, dst_device=parsed.dst_device if parsed else None,
@@ -346,12 +352,21 @@ class _StreamBuilder:
             request_messages=self.request_messages, response_messages=self.response_messages,
             tensor_content_bytes=self.tensor_content, grpc_status=self.grpc_status, reset_error_code=self.reset,
             request_frames=tuple(self.request_frames), response_frames=tuple(self.response_frames),
+            damaged=self.damaged or bool(self.request_frames and self.request_headers is None)
+            or bool(self.response_frames and self.response_headers is None),
         )
 
 
-def build_streams(frames: Iterable[Http2Frame]) -> tuple[StreamRecord, ...]:
-    """One :class:`StreamRecord` per (connection, stream), in order of first appearance."""
+def build_streams(frames: Iterable[Http2Frame], damaged: Collection[tuple[ConnectionId, int]] = ()
+                  ) -> tuple[StreamRecord, ...]:
+    """One :class:`StreamRecord` per (connection, stream), in order of first appearance.
+
+    ``damaged``: (connection, stream) pairs known to have lost frames that ``frames`` cannot
+    show (whole frames the capture lost); their records are marked damaged.
+    """
     builders: dict[tuple[ConnectionId, int], _StreamBuilder] = {}
+    for key in damaged:
+        builders.setdefault(key, _StreamBuilder(*key)).damaged = True
     for frame in frames:
         if frame.stream_id == 0:
             continue

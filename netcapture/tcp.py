@@ -22,7 +22,11 @@ the file (and in sequence) was seen stamped up to 7 ms earlier than the one befo
 Times are kept as captured; :attr:`TcpDirectionStats.time_reversals` counts such packets.
 
 Offsets count payload bytes from the first byte after the SYN (or, with no SYN in the
-capture, from the first segment seen), unwrapped past 2**32.
+capture, from the lowest sequence number among the direction's first segments), unwrapped
+past 2**32. Until a SYN is seen, the first ``START_HOLD_SEGMENTS`` data segments of a
+direction are held back: a capture that reorders packets may show the SYN, or earlier data,
+after later data, and delivering first would fix offset 0 at the wrong byte. Held segments
+are replayed with their own packet numbers and times, so a clean capture decodes the same.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ from collections.abc import Callable
 from netcapture.layers import TcpSegment
 
 DEFAULT_MAX_BUFFERED_BYTES = 64 << 20
+# Reordering seen in real captures spans a few packets; a SYN later than this many data
+# segments of its own direction is not the start of the stream they belong to.
+START_HOLD_SEGMENTS = 32
+_NO_FILLER = -1  # the time of "no packet": buffered segments drained after a gap keep their own stamps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,12 +54,17 @@ class Endpoint:
 
 @dataclasses.dataclass(frozen=True, order=True)
 class ConnectionId:
-    """A TCP connection by its 4-tuple, with the HTTP/2 client (the side that connected) first."""
+    """A TCP connection by its 4-tuple, with the HTTP/2 client (the side that connected) first.
+
+    ``instance`` tells apart connections that reused one 4-tuple within a capture (0 for the
+    first, then 1, 2, ...).
+    """
 
     client_ip: str
     client_port: int
     server_ip: str
     server_port: int
+    instance: int = 0
 
     @property
     def client(self) -> Endpoint:
@@ -62,7 +75,7 @@ class ConnectionId:
         return Endpoint(self.server_ip, self.server_port)
 
     def __str__(self) -> str:
-        return f"{self.client} -> {self.server}"
+        return f"{self.client} -> {self.server}" + (f" (#{self.instance + 1} on this 4-tuple)" if self.instance else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +126,8 @@ class DirectionReassembler:
         self._max_buffered = max_buffered_bytes
         self._base: int | None = None  # sequence number of offset 0
         self._next = 0  # offset of the next byte to deliver
-        self._pending: dict[int, bytes] = {}  # offset -> payload, beyond a hole
+        # offset -> (payload, packet number, time), beyond a hole
+        self._pending: dict[int, tuple[bytes, int, int]] = {}
         self._pending_bytes = 0
         self.segments = 0
         self.duplicate_bytes = 0
@@ -124,14 +138,51 @@ class DirectionReassembler:
         self._latest_ns = 0
         self.time_reversals = 0
         self.max_time_reversal_ns = 0
+        self._held: list[tuple[TcpSegment, int, int]] | None = []  # until the stream's start is known
+        self.last_time_ns: int | None = None
 
     @property
     def delivered_bytes(self) -> int:
         """How far the direction has been passed on in order: bytes delivered plus gaps skipped."""
         return self._next
 
+    @property
+    def started(self) -> bool:
+        """Whether offset 0 of this direction is known (a SYN, or the held segments replayed)."""
+        return self._base is not None
+
+    def offset_of(self, seq: int) -> int | None:
+        """The stream offset of sequence number ``seq`` (nearest to the next expected byte), or
+        ``None`` before the stream's start is known."""
+        return None if self._base is None else self._offset(seq)
+
     def add(self, segment: TcpSegment, packet_number: int, time_ns: int) -> None:
         """Take one segment of this direction, delivering whatever it makes contiguous."""
+        self.last_time_ns = time_ns if self.last_time_ns is None else max(self.last_time_ns, time_ns)
+        if self._held is not None:
+            if segment.syn:
+                self._release(segment, packet_number, time_ns)
+                return
+            if segment.payload:
+                self._held.append((segment, packet_number, time_ns))
+                if len(self._held) >= START_HOLD_SEGMENTS:
+                    self._release(None, packet_number, time_ns)
+                return
+        self._add(segment, packet_number, time_ns)  # no data to place: flags only
+
+    def _release(self, syn: TcpSegment | None, packet_number: int, time_ns: int) -> None:
+        """The start is known: from ``syn``, or else the lowest held sequence number; replay."""
+        held, self._held = self._held, None
+        if syn is not None:
+            self._add(syn, packet_number, time_ns)
+        elif held:
+            first = held[0][0].seq
+            # The lowest sequence number, wrap-aware: the one the others are all ahead of.
+            self._base = min((s.seq for s, _, _ in held), key=lambda seq: (seq - first + (1 << 31)) & 0xFFFFFFFF)
+        for segment, number, stamp in held:
+            self._add(segment, number, stamp)
+
+    def _add(self, segment: TcpSegment, packet_number: int, time_ns: int) -> None:
         self.segments += 1
         if time_ns < self._latest_ns:
             self.time_reversals += 1
@@ -168,9 +219,11 @@ class DirectionReassembler:
 
     def finish(self, packet_number: int, time_ns: int) -> None:
         """End of capture: whatever still waits behind a hole becomes a gap, then is delivered."""
+        if self._held is not None:
+            self._release(None, packet_number, time_ns)
         while self._pending:
             self._skip_gap(packet_number)
-            self._drain(packet_number, time_ns)
+            self._drain(0, _NO_FILLER)
 
     def stats(self) -> TcpDirectionStats:
         """What reassembly saw in this direction: segments, bytes, duplicates, gaps, flags."""
@@ -189,17 +242,17 @@ class DirectionReassembler:
         self.out_of_order_segments += 1
         previous = self._pending.get(offset)
         if previous is not None:
-            if len(previous) >= len(payload):
+            if len(previous[0]) >= len(payload):
                 self.duplicate_bytes += len(payload)
                 return
-            self.duplicate_bytes += len(previous)
-            self._pending_bytes -= len(previous)
-        self._pending[offset] = payload
+            self.duplicate_bytes += len(previous[0])
+            self._pending_bytes -= len(previous[0])
+        self._pending[offset] = (payload, packet_number, time_ns)
         self._pending_bytes += len(payload)
         while self._pending_bytes > self._max_buffered:
             # The hole will not fill: skip it rather than buffer without bound.
             self._skip_gap(packet_number)
-            self._drain(packet_number, time_ns)
+            self._drain(0, _NO_FILLER)
 
     def _emit(self, payload: bytes, packet_number: int, time_ns: int) -> None:
         offset = self._next
@@ -207,12 +260,20 @@ class DirectionReassembler:
         self._deliver(payload, offset, packet_number, time_ns)
 
     def _drain(self, packet_number: int, time_ns: int) -> None:
+        """Deliver buffered segments made contiguous by the packet ``(packet_number, time_ns)``.
+
+        Each takes the filler's packet number (its place in the file) and the later of its own
+        time and the filler's: the bytes were there from their own arrival, usable from the
+        filler's. In a capture whose file order is time order that is the filler's time; where
+        the file order was shuffled, the times stay those of the ordered capture. After a gap
+        (no filler) each keeps its own packet number and time.
+        """
         while self._pending:
             ready = [o for o in self._pending if o <= self._next]
             if not ready:
                 return
             for offset in sorted(ready):
-                payload = self._pending.pop(offset)
+                payload, own_number, own_ns = self._pending.pop(offset)
                 self._pending_bytes -= len(payload)
                 if offset + len(payload) <= self._next:
                     self.duplicate_bytes += len(payload)
@@ -220,7 +281,10 @@ class DirectionReassembler:
                 if offset < self._next:
                     self.duplicate_bytes += self._next - offset
                     payload = payload[self._next - offset:]
-                self._emit(payload, packet_number, time_ns)
+                if time_ns == _NO_FILLER:
+                    self._emit(payload, own_number, own_ns)
+                else:
+                    self._emit(payload, packet_number, max(own_ns, time_ns))
 
     def _skip_gap(self, packet_number: int) -> None:
         start = min(self._pending)

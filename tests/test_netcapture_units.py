@@ -174,11 +174,38 @@ def test_a_hole_that_never_fills_becomes_a_gap_once_too_much_waits_behind_it():
                                        lambda offset, missing, n: gaps.append((offset, missing, n)),
                                        max_buffered_bytes=2_500)
     segment = lambda seq, size: TcpSegment("a", 1, "b", 2, seq, 0, 0x18, b"x" * size)  # noqa: E731
+    reassembler.add(TcpSegment("a", 1, "b", 2, 2**32 - 1, 0, 0x02, b""), 0, 0)  # SYN: offset 0 is seq 0
     reassembler.add(segment(0, 100), 1, 0)
     for number, seq in enumerate(range(600, 4_000, 1_000), start=2):  # bytes 100-599 never come
-        reassembler.add(segment(seq, 1_000), number, 0)
+        reassembler.add(segment(seq, 1_000), number, number)
     assert gaps == [(100, 500, 4)]
-    assert delivered == [(0, 100, 1), (600, 1_000, 4), (1_600, 1_000, 4), (2_600, 1_000, 4), (3_600, 1_000, 5)]
+    # After a gap, bytes that waited keep the stamps of the packets that carried them.
+    assert delivered == [(0, 100, 1), (600, 1_000, 2), (1_600, 1_000, 3), (2_600, 1_000, 4), (3_600, 1_000, 5)]
+
+
+def _offsets_and_numbers(segments, with_syn_at=None):
+    delivered = []
+    reassembler = DirectionReassembler(Endpoint("a", 1), Endpoint("b", 2),
+                                       lambda chunk, offset, n, t: delivered.append((offset, len(chunk), n, t)))
+    for number, (seq, size, time) in enumerate(segments, start=1):
+        if number == with_syn_at:
+            reassembler.add(TcpSegment("a", 1, "b", 2, 999, 0, 0x02, b""), 0, 0)
+        reassembler.add(TcpSegment("a", 1, "b", 2, seq, 0, 0x18, b"x" * size), number, time)
+    reassembler.finish(len(segments) + 1, 10**9)
+    return delivered, reassembler
+
+
+def test_a_stream_without_its_syn_starts_at_its_lowest_early_sequence_number_not_at_the_first_seen():
+    # File order 2, 1, 3 of a stream that starts at seq 1000; stamps are those of sending order.
+    delivered, reassembler = _offsets_and_numbers([(1100, 100, 20), (1000, 100, 10), (1200, 100, 30)])
+    assert [(o, n) for o, _, n, _ in delivered] == [(0, 2), (100, 2), (200, 3)]
+    assert [t for *_, t in delivered] == [10, 20, 30]  # the shuffled file keeps the ordered times
+    assert not reassembler.gaps and reassembler.out_of_order_segments == 1
+
+
+def test_a_syn_that_arrives_after_the_first_data_still_starts_the_stream():
+    delivered, reassembler = _offsets_and_numbers([(1100, 100, 20), (1000, 100, 10)], with_syn_at=2)
+    assert [o for o, *_ in delivered] == [0, 100] and reassembler.syn_seen and not reassembler.gaps
 
 
 # -- HTTP/2 and gRPC framing ---------------------------------------------------------------
