@@ -15,10 +15,12 @@ Entry points::
         stream.tensor_name, stream.response_last_data_time_s, stream.response_frames
 """
 
+from netcapture.backend import DirectionLoss
 from netcapture.capture import BACKENDS, Capture, read_capture
 from netcapture.errors import (
     CaptureError,
     CaptureWarning,
+    CorruptTail,
     IperfError,
     MalformedCapture,
     MalformedFrame,
@@ -43,8 +45,9 @@ from netcapture.streams import (
 from netcapture.tcp import ConnectionId, Endpoint, TcpDirectionStats, TcpGap
 
 __all__ = [
-    "BACKENDS", "Capture", "CaptureError", "CaptureWarning", "ConnectionId", "ConnectionSummary", "DataFrameEvent",
-    "Endpoint", "FlowControlTimeline", "GrpcMessage", "Http2Frame", "IperfError", "IperfResult", "IperfSummary",
+    "BACKENDS", "Capture", "CaptureError", "CaptureWarning", "ConnectionId", "ConnectionSummary", "CorruptTail",
+    "DataFrameEvent", "DirectionLoss", "Endpoint", "FlowControlTimeline", "GrpcMessage", "Http2Frame", "IperfError",
+    "IperfResult", "IperfSummary",
     "MalformedCapture", "MalformedFrame", "NoHttp2Error", "PingEvent", "RendezvousKey", "SettingChange",
     "SnaplenError", "StreamRecord", "TcpDirectionStats", "TcpGap", "TruncatedCapture", "TsharkError",
     "WindowSample", "WindowUpdateEvent", "read_capture", "read_iperf", "summarise_iperf",

@@ -9,7 +9,8 @@ waiting for bytes) may become valid with more data, malformed input never will.
 
 - :class:`TruncatedCapture`: the capture file ends inside a record (incomplete).
 - :class:`MalformedCapture`: the file is not a pcap/pcapng capture, or a record is
-  impossible (malformed).
+  impossible (malformed); :class:`CorruptTail` when valid packets came before the damage
+  (decoders keep them, as for a truncated file).
 - :class:`NeedMoreData`: a parser was handed the first part of a frame or message
   (incomplete; internal, never reaches a user).
 - :class:`MalformedFrame`: an HTTP/2 frame, header block or gRPC message that breaks
@@ -31,6 +32,11 @@ class TruncatedCapture(CaptureError):
 
 class MalformedCapture(CaptureError):
     """Not a capture file, an unsupported variant, or a record that cannot be right."""
+
+
+class CorruptTail(MalformedCapture):
+    """Readable packets, then bytes that are no packet (garbage appended, a record overwritten):
+    the packets before them can be used, as with a file cut short."""
 
 
 class SnaplenError(CaptureError):

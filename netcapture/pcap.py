@@ -58,7 +58,7 @@ from scapy.data import MTU
 from scapy.error import Scapy_Exception
 from scapy.utils import RawPcapNgReader, RawPcapReader
 
-from netcapture.errors import CaptureError, MalformedCapture, SnaplenError, TruncatedCapture
+from netcapture.errors import CaptureError, CorruptTail, MalformedCapture, SnaplenError, TruncatedCapture
 
 GZIP_MAGIC = b"\x1f\x8b"
 PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
@@ -325,6 +325,7 @@ class PcapReader:
         self.format = ""
         self.interfaces: list[Interface] = []
         self.kernel_drops: int | None = None
+        self.notes: list[str] = []  # what reading had to work around, one line each
         self._described: list | None = None  # scapy's interface list that self.interfaces mirrors
 
     def __iter__(self) -> Iterator[RawPacket]:
@@ -345,10 +346,9 @@ class PcapReader:
             except EOFError:
                 raise self._truncated("the gzip stream ends early") from None
             except _RecordTooLarge as exc:
-                raise MalformedCapture(self.path, f"a record after {self.packets_read} packets claims {exc} bytes; "
-                                       "the file is corrupt") from None
+                raise self._damaged(None, f"a record after {self.packets_read} packets claims {exc} bytes") from None
             except _BadRecord as exc:
-                raise MalformedCapture(self.path, f"after {self.packets_read} packets: {exc}") from None
+                raise self._damaged(None, f"after {self.packets_read} packets: {exc}") from None
             except (OSError, zlib.error) as exc:
                 raise self._corrupt(exc) from None
 
@@ -371,15 +371,33 @@ class PcapReader:
                 if self._clean_end(source, boundary):
                     return
                 raise self._stopped(source, boundary, f"the header of packet {number}", exc) from None
+            first_bytes = struct.pack(reader.endian + "IIII", meta.sec, meta.usec, meta.caplen, meta.wirelen)
+            if first_bytes[:4] in PCAP_MAGICS and meta.caplen == 0:
+                # A second capture's file header where a record should start: files written
+                # back to back (cat a.pcap b.pcap). Read on with the second header.
+                yield from self._next_pcap(source, boundary, first_bytes)
+                return
             if len(data) < meta.caplen:
                 if meta.caplen > MAX_PCAP_RECORD_BYTES:
-                    raise MalformedCapture(self.path, f"packet {number} claims {meta.caplen} captured bytes, more than "
-                                           f"a pcap record may hold ({MAX_PCAP_RECORD_BYTES}); the file is corrupt")
+                    raise self._damaged(boundary, f"packet {number} claims {meta.caplen} captured bytes, more than "
+                                        f"a pcap record may hold ({MAX_PCAP_RECORD_BYTES})")
                 raise self._stopped(source, boundary, f"packet {number}")
             boundary = source.position
             self.packets_read = number
             yield RawPacket(number, meta.sec * 1_000_000_000 + meta.usec * ns_per_tick, linktype, meta.caplen,
                             max(meta.wirelen, meta.caplen), data)
+
+    def _next_pcap(self, source: _Source, boundary: int, first_bytes: bytes) -> Iterator[RawPacket]:
+        """Read on in the capture whose file header starts at byte ``boundary`` (its first 16
+        bytes, ``first_bytes``, already read)."""
+        rest = source.read(8)
+        if len(rest) < 8:
+            raise self._truncated(f"the file header of a second capture at byte {boundary}")
+        self.notes.append(f"a second capture's file header at byte {boundary}, after {self.packets_read} packets: "
+                          "captures written back to back, read as one")
+        inner = _Source(source, first_bytes + rest)
+        inner.position = boundary  # offsets in messages stay the file's
+        yield from self._pcap(inner, PCAP_MAGICS[first_bytes[:4]])
 
     # -- pcapng ---------------------------------------------------------------------------
 
@@ -440,7 +458,16 @@ class PcapReader:
             return self._truncated("the gzip stream ends early")
         if source.at_eof and source.position > boundary:
             return self._truncated(f"inside {where}")
-        return MalformedCapture(self.path, f"{where} is malformed" + (f" ({reason})" if reason else ""))
+        return self._damaged(boundary, f"{where} is malformed" + (f" ({reason})" if reason else ""))
+
+    def _damaged(self, boundary: int | None, problem: str) -> MalformedCapture:
+        """A record that cannot be right: after readable packets a :class:`CorruptTail` (they are
+        kept), else the file is no capture."""
+        if self.packets_read:
+            where = "" if boundary is None else f", at byte {boundary}"
+            return CorruptTail(self.path, f"{problem}{where}: the file is damaged from there on; "
+                               f"the {self.packets_read} packets before it are used")
+        return MalformedCapture(self.path, f"{problem}; the file is corrupt")
 
     def _truncated(self, where: str) -> TruncatedCapture:
         return TruncatedCapture(self.path, f"{where}: the file is cut short after {self.packets_read} "
@@ -462,6 +489,32 @@ def check_snaplen(path: str | os.PathLike, packet: RawPacket, snaplen_bytes: int
         raise SnaplenError(path, f"packet {packet.number} was cut to {packet.caplen_bytes} of its "
                            f"{packet.wire_bytes} bytes by the capture's snapshot length{limit}, so TCP payload "
                            "is missing: capture with -s 0")
+
+
+def salvage_copy(path: str | os.PathLike, destination: str | os.PathLike) -> tuple[int, list[str]]:
+    """Write every packet of ``path`` that can be read to a clean nanosecond pcap at ``destination``:
+    what comes before a cut or a corrupt tail, and the captures of a file holding several back
+    to back. Returns ``(packets, notes)``, the notes saying what was worked around (one line
+    each). For tools that reject a damaged file whole. Raises :class:`MalformedCapture` when
+    the packets have more than one link type (a classic pcap holds one).
+    """
+    reader = PcapReader(path)
+    notes: list[str] = []
+    with open(destination, "wb") as handle:
+        writer: PcapWriter | None = None
+        linktype = None
+        try:
+            for packet in reader:
+                if writer is None:
+                    linktype = packet.linktype
+                    writer = PcapWriter(handle, linktype, snaplen=MAX_PCAP_RECORD_BYTES, nanoseconds=True)
+                elif packet.linktype != linktype:
+                    raise MalformedCapture(Path(path), "packets of several link types cannot be salvaged into one "
+                                           "pcap")
+                writer.write(packet.time_ns, packet.data, packet.wire_bytes)
+        except (TruncatedCapture, CorruptTail) as exc:
+            notes.append(exc.problem)
+    return reader.packets_read, reader.notes + notes
 
 
 class PcapWriter:

@@ -26,8 +26,9 @@ not decoded, nor is the rest of its stream. :class:`netcapture.backend.Direction
 counts, per direction, the bytes decoded, lost, and skipped.
 
 A 4-tuple used again (a SYN whose sequence number does not start the stream already seen,
-or, without a SYN, data far from the expected sequence number after ``REUSE_IDLE_S`` of
-silence) starts a new connection, told apart by :attr:`ConnectionId.instance`.
+or that comes after the stream's data; without a SYN, data far from the expected sequence
+number after ``REUSE_IDLE_S`` of silence) starts a new connection, told apart by
+:attr:`ConnectionId.instance`.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import os
 from pathlib import Path
 
 from netcapture.backend import BackendResult, DirectionLoss
-from netcapture.errors import MalformedFrame, TruncatedCapture
+from netcapture.errors import CorruptTail, MalformedFrame, TruncatedCapture
 from netcapture.grpc import (
     MAX_KEPT_REQUEST_BYTES,
     RECV_TENSOR_PATH,
@@ -282,7 +283,7 @@ class _Decoder:
         """Whether ``segment`` belongs to a new connection on the same 4-tuple (module docstring)."""
         reassembler = connection.directions[(Endpoint(segment.src_ip, segment.src_port),
                                              Endpoint(segment.dst_ip, segment.dst_port))].reassembler
-        idle_s = (time_ns - connection.last_time_ns) / 1e9
+        idle_s = abs(time_ns - connection.last_time_ns) / 1e9  # a later capture may be stamped earlier
         if segment.flags & (SYN | ACK) == SYN:
             if reassembler.fin_seen:
                 return True
@@ -290,9 +291,9 @@ class _Decoder:
             if offset is None:
                 return False
             # A late or repeated copy of this stream's own SYN starts at (or just before) offset
-            # 0, and comes before data or among it, not after a silence.
+            # 0 and comes before its data (a late one is caught by the reassembler's start hold).
             own_start = -REUSE_SEQUENCE_JUMP_BYTES <= offset <= 0
-            return not own_start or (reassembler.delivered_bytes > 0 and idle_s >= REUSE_IDLE_S)
+            return not own_start or reassembler.delivered_bytes > 0
         if not segment.payload or segment.flags & SYN or not reassembler.started:
             return False
         offset = reassembler.offset_of(segment.seq)
@@ -440,11 +441,12 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
                 non_tcp += 1
                 continue
             decoder.segment(segment, packet.number, packet.time_ns)
-    except TruncatedCapture as exc:
+    except (TruncatedCapture, CorruptTail) as exc:
         if strict:
             raise
         truncated = True
         decoder.warn(exc.problem)
+    decoder.warnings[:0] = reader.notes
     connections = decoder.all_connections()
     for connection in connections:
         connection.finish(last_number, last_time)

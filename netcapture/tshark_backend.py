@@ -24,13 +24,24 @@ tshark's gRPC dissection of a DATA frame stops at the first message body that is
 valid protobuf, and the messages after it in that packet are not reported; TensorFlow's
 messages are all protobuf.
 
-Limits: connections are told apart by tshark's ``tcp.stream`` index; as in the scapy
-backend, a connection whose preface is not in the capture is not decoded; tshark reports
-no TCP gap statistics, so ``Capture.tcp`` and ``Capture.gaps`` stay empty.
+Damage. A file tshark rejects at a bad record (a corrupt tail, captures written back to
+back) is decoded from a clean copy of the packets :func:`netcapture.pcap.salvage_copy` can
+read. Loss is measured from each direction's ``tcp.seq``/``tcp.nxtseq`` coverage: bytes
+never captured, and captured bytes tshark's HTTP/2 dissector did not frame
+(:class:`~netcapture.backend.DirectionLoss`, one warning per damaged direction).
+
+Limits: connections are told apart by tshark's ``tcp.stream`` index, numbered per 4-tuple
+into :attr:`ConnectionId.instance` (tshark starts a new index for a SYN with a new
+sequence number, not for the same run written twice). Unlike the scapy backend, tshark's
+HTTP/2 dissector does not resynchronise after a lost segment (the rest of the direction
+is reported as not decodable), and a connection whose preface is not in the capture is
+not decoded. tshark reports no TCP gap records, so ``Capture.tcp`` and ``Capture.gaps``
+stay empty; damaged streams are not marked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -39,8 +50,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from netcapture.backend import BackendResult
-from netcapture.errors import MalformedCapture, SnaplenError, TruncatedCapture, TsharkError
+from netcapture.backend import BackendResult, DirectionLoss
+from netcapture.errors import CorruptTail, MalformedCapture, SnaplenError, TruncatedCapture, TsharkError
 from netcapture.grpc import RECV_TENSOR_PATH, GrpcMessage
 from netcapture.http2 import (
     CONTINUATION,
@@ -48,6 +59,7 @@ from netcapture.http2 import (
     FLAG_ACK,
     FLAG_END_HEADERS,
     FLAG_PADDED,
+    FRAME_HEADER_BYTES,
     GOAWAY,
     HEADERS,
     PING,
@@ -58,7 +70,8 @@ from netcapture.http2 import (
     WINDOW_UPDATE,
     Http2Frame,
 )
-from netcapture.tcp import ConnectionId
+from netcapture.pcap import salvage_copy
+from netcapture.tcp import ConnectionId, Endpoint
 
 AGGREGATOR = "\x1f"  # never in a field value: tshark prints control characters escaped
 RECV_TENSOR_PROTO = """\
@@ -85,6 +98,7 @@ SETTINGS_FIELDS = {
 FIELDS = (
     "frame.number", "frame.time_epoch", "frame.len", "frame.cap_len",
     "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.stream", "tcp.srcport", "tcp.dstport", "tcp.flags",
+    "tcp.seq", "tcp.nxtseq",
     "http2.magic", "http2.type", "http2.streamid", "http2.length", "http2.flags", "http2.pad_length",
     "http2.header.count", "http2.header.name", "http2.header.value",
     "http2.settings.id", *SETTINGS_FIELDS.values(), "http2.settings.unknown",
@@ -172,12 +186,14 @@ def _int(value: str | None, base: int = 10) -> int | None:
 
 
 class _Connection:
-    def __init__(self, index: int):
+    def __init__(self, index: int, instance: int = 0):
         self.index = index
+        self.instance = instance  # how many connections used this 4-tuple before
         self.client: tuple[str, int] | None = None
         self.id: ConnectionId | None = None
         self.held: list[tuple[tuple[str, int], dict]] = []  # frames seen before the preface
         self.paths: dict[int, str] = {}
+        self.segments: dict[tuple[str, int], list[tuple[int, int]]] = {}  # src -> (seq, nxtseq) with data
         self.received: dict[tuple[int, bool], int] = {}  # gRPC accounting per stream direction
         self.consumed: dict[tuple[int, bool], int] = {}
 
@@ -186,6 +202,7 @@ class _Decoder:
     def __init__(self, path: Path):
         self.path = path
         self.connections: dict[int, _Connection] = {}
+        self.instances: dict[frozenset, int] = {}
         self.frames: list[Http2Frame] = []
         self.warnings: list[str] = []
         self.packets = 0
@@ -200,19 +217,25 @@ class _Decoder:
         stream_index = row.first("tcp.stream")
         if not stream_index:
             return
-        connection = self.connections.get(int(stream_index))
-        if connection is None:
-            connection = self.connections[int(stream_index)] = _Connection(int(stream_index))
         src_ip = row.last("ip.src") or row.last("ipv6.src")
         dst_ip = row.last("ip.dst") or row.last("ipv6.dst")
         src = (src_ip, int(row.first("tcp.srcport")))
         dst = (dst_ip, int(row.first("tcp.dstport")))
+        connection = self.connections.get(int(stream_index))
+        if connection is None:
+            # tshark gives a reused 4-tuple a new tcp.stream: number them per 4-tuple, in order.
+            key = frozenset((src, dst))
+            instance = self.instances[key] = self.instances.get(key, -1) + 1
+            connection = self.connections[int(stream_index)] = _Connection(int(stream_index), instance)
         flags = _int(row.first("tcp.flags"), 16) or 0
+        seq, nxtseq = _int(row.first("tcp.seq")), _int(row.first("tcp.nxtseq"))
+        if seq is not None and nxtseq is not None and nxtseq > seq + (flags & 0x03 != 0):
+            connection.segments.setdefault(src, []).append((seq, nxtseq))
         if flags & 0x12 == 0x02 and connection.client is None:
             connection.client = src
         if _unescape(row.get("http2.magic")) == PREFACE.decode() and (connection.client in (None, src)):
             connection.client = src
-            connection.id = ConnectionId(src[0], src[1], dst[0], dst[1])
+            connection.id = ConnectionId(src[0], src[1], dst[0], dst[1], connection.instance)
             held, connection.held = connection.held, []
             for held_src, packet in held:
                 self._frames(connection, held_src, packet)
@@ -223,6 +246,28 @@ class _Decoder:
             connection.held.append((src, packet))
         else:
             self._frames(connection, src, packet)
+
+    def losses(self) -> tuple[DirectionLoss, ...]:
+        """Per direction of each HTTP/2 connection: the TCP bytes never captured (holes in the
+        covered sequence range) and the bytes tshark's dissector did not frame."""
+        framed: dict[tuple[ConnectionId, bool], int] = {}
+        for frame in self.frames:
+            key = (frame.connection, frame.from_client)
+            framed[key] = framed.get(key, 0) + FRAME_HEADER_BYTES + frame.length
+        out = []
+        for connection in self.connections.values():
+            if connection.id is None:
+                continue
+            for from_client in (True, False):
+                src = connection.client if from_client else (connection.id.server_ip, connection.id.server_port)
+                dst = (connection.id.server_ip, connection.id.server_port) if from_client else connection.client
+                covered, span, holes = _coverage(connection.segments.get(src, []))
+                decoded = framed.get((connection.id, from_client), 0) + (len(PREFACE) if from_client else 0)
+                decoded = min(decoded, covered)
+                out.append(DirectionLoss(connection.id, from_client, Endpoint(*src), Endpoint(*dst),
+                                         decoded_bytes=decoded, lost_bytes=span - covered,
+                                         skipped_bytes=covered - decoded, gaps=holes))
+        return tuple(out)
 
     def _frames(self, connection: _Connection, src: tuple[str, int], packet: dict) -> None:
         row: _Row = packet["row"]
@@ -427,13 +472,33 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
         raise TsharkError(path, "tshark is not installed (apt-get install tshark)")
     if not path.is_file():
         raise MalformedCapture(path, "no such file")
-    ports = server_ports if server_ports is not None else find_http2_ports(path, tshark)
+    with tempfile.TemporaryDirectory(prefix="netcapture-tshark-") as work_dir:
+        try:
+            return _decode(path, path, server_ports, strict, tshark, work_dir)
+        except TsharkError as exc:
+            if "damaged or corrupt" not in exc.problem:
+                raise
+        # tshark rejects the file at its first bad record: hand it the packets our reader can
+        # salvage (those before the damage, every capture of a back-to-back file).
+        copy = Path(work_dir) / "salvaged.pcap"
+        _, notes = salvage_copy(path, copy)
+        if strict and notes:
+            raise CorruptTail(path, notes[-1])
+        result = _decode(path, copy, server_ports, strict, tshark, work_dir)
+        return dataclasses.replace(result, truncated=result.truncated or any("damaged" in n for n in notes),
+                                   warnings=tuple(notes) + result.warnings)
+
+
+def _decode(path: Path, source: Path, server_ports: frozenset[int] | None, strict: bool, tshark: str,
+            work_dir: str) -> BackendResult:
+    """Decode ``source`` (``path`` or a salvaged copy of it); messages name ``path``."""
+    ports = server_ports if server_ports is not None else find_http2_ports(source, tshark)
     decoder = _Decoder(path)
     truncated = False
-    with tempfile.TemporaryDirectory(prefix="netcapture-proto-") as proto_dir:
+    with tempfile.TemporaryDirectory(prefix="proto-", dir=work_dir) as proto_dir:
         (Path(proto_dir) / "tfsim_recv_tensor.proto").write_text(RECV_TENSOR_PROTO)
         command = [
-            tshark, "-r", str(path), "-n",
+            tshark, "-r", str(source), "-n",
             "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE",
             "-o", "protobuf.pbf_as_hf:TRUE", "-o", "protobuf.preload_protos:TRUE",
             "-o", f'uat:protobuf_search_paths:"{proto_dir}","TRUE"',
@@ -457,10 +522,31 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
     for connection in undecided:
         decoder.warnings.append(f"tcp.stream {connection.index}: HTTP/2 frames without a captured connection "
                                 "preface were not decoded")
+    losses = decoder.losses()
+    decoder.warnings.extend(loss.describe() for loss in losses if loss.lost_bytes or loss.skipped_bytes)
     return BackendResult(path=path, backend="tshark", packets=decoder.packets, file_format=_format(path),
-                         truncated=truncated, kernel_drops=None, frames=tuple(decoder.frames),
+                         truncated=truncated, kernel_drops=None, frames=tuple(decoder.frames), losses=losses,
                          warnings=tuple(decoder.warnings),
                          other_tcp_connections=sum(1 for c in decoder.connections.values() if c.id is None))
+
+
+def _coverage(segments: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """``(bytes covered, span from the lowest to the highest sequence number, holes)`` of a
+    direction's ``(seq, nxtseq)`` segments (retransmissions and overlaps counted once)."""
+    if not segments:
+        return 0, 0, 0
+    covered = holes = 0
+    ordered = sorted(segments)
+    start, end = ordered[0]
+    for seq, nxt in ordered[1:]:
+        if seq > end:
+            covered += end - start
+            holes += 1
+            start, end = seq, nxt
+        else:
+            end = max(end, nxt)
+    covered += end - start
+    return covered, end - ordered[0][0], holes
 
 
 def _format(path: Path) -> str:

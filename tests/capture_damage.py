@@ -100,10 +100,30 @@ def start_late(packets: list[Packet], skip: int) -> list[Packet]:
     return packets[skip:]
 
 
-def two_runs(packets: list[Packet], shift_s: float) -> list[Packet]:
-    """The same run twice in one file, the second ``shift_s`` later: every 4-tuple is reused."""
+def two_runs(packets: list[Packet], shift_s: float, isn_shift: int = 0) -> list[Packet]:
+    """The same run twice in one file, the second ``shift_s`` later: every 4-tuple is reused.
+    ``isn_shift``: add this to every sequence and acknowledgement number of the second run, as
+    a new connection's initial sequence numbers would."""
     shift = int(shift_s * 1e9)
-    return packets + [dataclasses.replace(p, time_ns=p.time_ns + shift) for p in packets]
+    return packets + [dataclasses.replace(p, time_ns=p.time_ns + shift, data=_shift_sequence(p, isn_shift))
+                      for p in packets]
+
+
+def _shift_sequence(packet: Packet, delta: int) -> bytes:
+    if not delta:
+        return packet.data
+    from scapy.config import conf
+    from scapy.layers.inet import TCP
+
+    frame = conf.l2types[packet.linktype](packet.data)
+    tcp = frame.getlayer(TCP)
+    if tcp is None:
+        return packet.data
+    tcp.seq = (tcp.seq + delta) & 0xFFFFFFFF
+    if tcp.flags.A:
+        tcp.ack = (tcp.ack + delta) & 0xFFFFFFFF
+    del tcp.chksum
+    return bytes(frame)
 
 
 def plain_bytes(path: Path) -> bytes:
@@ -122,6 +142,7 @@ def main(run_dir: str, out_dir: str) -> None:
     write_pcap(out / "swapped.pcap", swap_adjacent(packets, 50))
     write_pcap(out / "late.pcap", start_late(packets, len(packets) // 3))
     write_pcap(out / "two_runs.pcap", two_runs(packets, 30.0))
+    write_pcap(out / "two_runs_new_isn.pcap", two_runs(packets, 30.0, isn_shift=123_456_789))
     clean = (out / "clean.pcap").read_bytes()
     (out / "garbage_tail.pcap").write_bytes(clean + bytes(random.Random(1).randrange(256) for _ in range(5000)))
     (out / "concatenated.pcap").write_bytes(clean + clean)
