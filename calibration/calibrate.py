@@ -58,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibration.capture_loss import MAX_LOSS_FRACTION, check_loss, link_losses
 from calibration.fit import LineFit, nonnegative_line
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
 from calibration.runmatch import match_run, run_server_ports, run_tasks
@@ -126,6 +127,9 @@ class Calibration:
     token_bucket: dict = dataclasses.field(default_factory=dict)
     queue_window_bytes: dict = dataclasses.field(default_factory=dict)
     rpc: dict = dataclasses.field(default_factory=dict)
+    capture_loss: dict = dataclasses.field(default_factory=dict)
+    kernel_drops: int | None = None
+    allowed_loss: bool = False
 
     @property
     def default_transfer(self) -> str:
@@ -160,6 +164,8 @@ class Calibration:
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
             "transfer_model_error": self.model_error,
+            "capture_loss": {"by_direction": self.capture_loss, "kernel_drops": self.kernel_drops,
+                             "max_loss_fraction": MAX_LOSS_FRACTION, "allowed": self.allowed_loss},
             "provenance": {"run_dir": self.run_dir, "tensorflow": self.tensorflow,
                            "capture_notes": list(self.capture_notes),
                            "streams_matched": len(self.samples),
@@ -273,11 +279,18 @@ def _token_bucket(samples: list[StreamSample], peak: dict, sustained: dict) -> d
     return out
 
 
-def _samples(capture, match) -> list[StreamSample]:
-    out = []
+def _samples(capture, match) -> tuple[list[StreamSample], set[tuple[str, str]]]:
+    """The matched streams usable for fits, and the ``(direction, step file)`` pairs that lost
+    one: a stream that lost frames, or whose response the capture does not hold to its end
+    (its last DATA frame is not the tensor's last byte: with the trace's size, its rate would
+    come out too high)."""
+    out, incomplete = [], set()
     for m in match.matches:
         t, s = m.transfer, m.stream
-        if t.direction not in DIRECTIONS or s.response_last_data_time_s is None:
+        if t.direction not in DIRECTIONS:
+            continue
+        if s.damaged or s.response_end_time_s is None or s.response_last_data_time_s is None:
+            incomplete.add((t.direction, t.step_file))
             continue
         first = s.response_first_data_time_s
         window = capture.flow_control_of(s).initial_window_at(first if first is not None else s.request_headers_time_s)
@@ -285,10 +298,13 @@ def _samples(capture, match) -> list[StreamSample]:
                                 float(s.request_headers_time_s), float(t.start_s),
                                 float(first if first is not None else s.response_last_data_time_s),
                                 float(s.response_last_data_time_s), float(t.end_s), int(window)))
-    return out
+    for t in match.unmatched_transfers:
+        if t.direction in DIRECTIONS:
+            incomplete.add((t.direction, t.step_file))
+    return out, incomplete
 
 
-def _busy_rate(samples: list[StreamSample]) -> dict:
+def _busy_rate(samples: list[StreamSample], incomplete: set[tuple[str, str]] = frozenset()) -> dict:
     """Per direction: the rate tensors moved at while the link had data to send, or None.
 
     For each traced step, the bytes of all the direction's streams over the time from the
@@ -296,12 +312,14 @@ def _busy_rate(samples: list[StreamSample]) -> dict:
     between: streams queue behind each other); the median over the steps. Unlike iperf3's
     bulk flow, it includes what a training job's traffic pays on this link: TCP restarting
     from a small window after each idle phase, losses at the shaper, the sender's pauses.
+    Steps in ``incomplete`` (a stream of theirs unusable) are left out: with a stream missing
+    the link was not backlogged throughout, and the bytes over the span mean nothing.
     """
     out = {}
     for direction in DIRECTIONS:
         steps: dict[str, list[StreamSample]] = defaultdict(list)
         for s in samples:
-            if s.direction == direction:
+            if s.direction == direction and (direction, s.step_file) not in incomplete:
                 steps[s.step_file].append(s)
         rates = []
         for streams in steps.values():
@@ -350,7 +368,9 @@ def _update_delays(timeline) -> list[float]:
             if sample.cause == "data" and sample.window_bytes < STALL_WINDOW_BYTES:
                 stalled_at[sample.stream_id] = sample.time_s
             elif sample.cause == "window_update" and sample.stream_id in stalled_at:
-                delays.append(sample.time_s - stalled_at.pop(sample.stream_id))
+                # Not below 0: in a capture whose file order is not time order, the update
+                # that follows the stall in the file may be stamped a little before it.
+                delays.append(max(0.0, sample.time_s - stalled_at.pop(sample.stream_id)))
     return delays
 
 
@@ -476,7 +496,16 @@ def _tensorflow_version(run: dict) -> str | None:
     return version[:40] if isinstance(version, str) else None
 
 
-def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Calibration:
+def _kernel_drops(run: dict, capture) -> int | None:
+    """Packets the capturing kernel dropped: tcpdump's count in run.json, or the capture's own."""
+    recorded = run.get("capture") if isinstance(run.get("capture"), dict) else {}
+    dropped = recorded.get("dropped_by_kernel")
+    if isinstance(dropped, int) and not isinstance(dropped, bool):
+        return dropped
+    return capture.kernel_drops
+
+
+def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_loss: bool = False) -> Calibration:
     """Fit a cluster from a run directory made by ``tfsim collect --capture`` (docs/calibration.md).
 
     Parameters
@@ -486,6 +515,10 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
         1-PS/1-worker run.
     backend : {"scapy", "tshark"}
         The capture decoder (:func:`netcapture.read_capture`).
+    allow_loss : bool
+        Calibrate from a capture although a direction lost more than
+        :data:`calibration.capture_loss.MAX_LOSS_FRACTION` of its bytes (streams that lost
+        frames are left out either way; CLUSTER.json records the loss).
 
     Returns
     -------
@@ -500,6 +533,9 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     tfbase.errors.InputError
         A missing or incomplete run directory, an unreadable capture, or a capture that does
         not match the run's traces; the error names the file.
+    calibration.capture_loss.CaptureLossError
+        A direction lost more than ``MAX_LOSS_FRACTION`` of its bytes and ``allow_loss`` is
+        false.
 
     Examples
     --------
@@ -521,15 +557,17 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
         raise RunDirError(run_dir, "has no capture.pcap(.gz): collect with --capture")
     bandwidth, spread = _bandwidth(run_dir)
     capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run))
+    losses = link_losses(capture, {endpoint.port: role for endpoint, role in run_tasks(run).items()})
+    check_loss(losses, captures[0], allow_loss)
     match = match_run(capture, run)
-    samples = _samples(capture, match)
+    samples, incomplete = _samples(capture, match)
     if not samples:
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
     rpc = _rpc_chain(run, capture, match)
     queue_window = _queue_window(captures[0], run)
     fits, pooled = _overhead(samples)
-    busy = _busy_rate(samples)
+    busy = _busy_rate(samples, incomplete)
     with warnings.catch_warnings():
         # A skipped step is reported when the profile itself is built; here it would say it twice.
         warnings.filterwarnings("ignore", category=TraceWarning)
@@ -537,6 +575,11 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
     candidates = {"iperf3": bandwidth}
     if all(busy.values()):
         candidates["capture"] = busy
+    notes = list(capture.warnings)
+    for direction, rate in busy.items():
+        if rate is None and any(d == direction for d, _ in incomplete):
+            notes.append(f"no busy rate for the {direction}: no traced step has all its streams whole in the capture "
+                         "(lost frames, or a capture that ends or starts inside the step); B comes from iperf3 alone")
     measured_flow = _flow_control(samples, capture, timelines)
     best = None
     for source, rates in candidates.items():
@@ -548,7 +591,9 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy") -> Cali
             window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
             model_error=model_check(samples, rates, windows, flow_control), samples=tuple(samples),
             flow_control=flow_control, bandwidth_source=source, iperf3_bandwidth_Bps=bandwidth,
-            tensorflow=_tensorflow_version(run.run), capture_notes=tuple(capture.warnings),
+            tensorflow=_tensorflow_version(run.run), capture_notes=tuple(notes),
+            capture_loss={d: loss.to_json() for d, loss in losses.items()},
+            kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
             token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())

@@ -34,4 +34,10 @@ def format_calibration(document: dict) -> str:
         lines.append(f"overhead placement: {document['overhead_placement']} (one-worker step time vs the traced "
                      f"{check['traced_makespan_median_s'] * 1e3:.1f} ms: {errs})")
     lines.append(f"default transfer model: {document['default_transfer']}")
+    loss = (document.get("capture_loss") or {}).get("by_direction") or {}
+    damaged = {d: v for d, v in loss.items()
+               if v.get("lost_bytes") or v.get("skipped_bytes") or v.get("streams_excluded")}
+    for d, v in damaged.items():
+        lines.append(f"capture loss, {d}: {v['lost_fraction'] * 100:.2f}% of its bytes ({v['lost_bytes']} never "
+                     f"captured, {v['skipped_bytes']} not decodable); {v['streams_excluded']} tensor streams left out")
     return "\n".join(lines)

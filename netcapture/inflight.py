@@ -62,7 +62,7 @@ def bytes_in_flight(path: str | os.PathLike, sender_ip: str) -> list[InFlight]:
     acked: dict[tuple, int] = {}
     payload: dict[tuple, int] = {}
     samples: dict[tuple, list[int]] = {}
-    for packet in iter_packets(path):
+    for packet in iter_packets(path, stop_at_damage=True):  # read_capture reports the damage
         segment = decode_tcp(packet.linktype, packet.data)
         if segment is None:
             continue

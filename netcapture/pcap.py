@@ -477,9 +477,20 @@ class PcapReader:
         return MalformedCapture(self.path, f"corrupt compressed data after {self.packets_read} packets ({exc})")
 
 
-def iter_packets(path: str | os.PathLike) -> Iterator[RawPacket]:
-    """The packets of ``path`` in file order (see :class:`PcapReader`)."""
-    return iter(PcapReader(path))
+def iter_packets(path: str | os.PathLike, stop_at_damage: bool = False) -> Iterator[RawPacket]:
+    """The packets of ``path`` in file order (see :class:`PcapReader`). ``stop_at_damage``: end
+    quietly where the file is cut or its tail is corrupt (for a second pass over a capture whose
+    damage the first pass reported) instead of raising."""
+    if not stop_at_damage:
+        return iter(PcapReader(path))
+    return _until_damage(PcapReader(path))
+
+
+def _until_damage(reader: PcapReader) -> Iterator[RawPacket]:
+    try:
+        yield from reader
+    except (TruncatedCapture, CorruptTail):
+        return
 
 
 def check_snaplen(path: str | os.PathLike, packet: RawPacket, snaplen_bytes: int | None = None) -> None:

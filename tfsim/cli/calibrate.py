@@ -19,6 +19,10 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="CLUSTER.json")
     p.add_argument("--backend", choices=("scapy", "tshark"), default="scapy",
                    help="capture decoder (default: scapy; tshark is the slower, independent reference)")
+    p.add_argument("--allow-loss", action="store_true",
+                   help="calibrate although a direction of the capture lost more than 1%% of its bytes (dropped "
+                        "packets); streams that lost frames are left out either way, and CLUSTER.json records the "
+                        "loss")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
     p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
     p.set_defaults(handler=run)
@@ -26,6 +30,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from calibration.calibrate import calibrate_run
+    from calibration.capture_loss import MAX_LOSS_FRACTION, CaptureLossError
     from calibration.summary import format_calibration
     from simulate.cluster_file import save_cluster
     from tfbase.errors import UsageError
@@ -41,7 +46,12 @@ def run(args) -> int:
         if args.json and outputs.to_stdout:
             raise UsageError("--json", "prints the cluster on standard output, which -o - already writes to")
         console.text_to_stderr = outputs.to_stdout
-        calibration = calibrate_run(args.run_dir, backend=args.backend)
+        try:
+            calibration = calibrate_run(args.run_dir, backend=args.backend, allow_loss=args.allow_loss)
+        except CaptureLossError as exc:
+            raise CaptureLossError(exc.source, f"the {exc.direction} lost {exc.loss.describe()}, more than "
+                                   f"{100 * MAX_LOSS_FRACTION:g}%: capture again with a larger buffer (tcpdump -B), "
+                                   "or accept the loss with --allow-loss", exc.direction, exc.loss) from None
         document = calibration.to_cluster_json()
         save_cluster(document, output)
         if plots is not None:
