@@ -141,7 +141,7 @@ class _Connection:
 
     def on_bytes(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         if self.state == "http2":
-            self.backend.frames_from(direction, data, packet_number, time_ns)
+            self.backend.frames_from(direction, data, offset, packet_number, time_ns)
             return
         if self.state == "other":
             return
@@ -230,7 +230,7 @@ class _Connection:
             if data is None:
                 self.backend.gap_in(direction, offset, packet_number)
             else:
-                self.backend.frames_from(direction, data, packet_number, time_ns)
+                self.backend.frames_from(direction, data, offset, packet_number, time_ns)
 
     def finish(self, packet_number: int, time_ns: int) -> None:
         for direction in self.directions.values():
@@ -320,7 +320,9 @@ class _Decoder:
     def _time_of(direction: _Direction) -> int:
         return direction.reassembler.last_time_ns or 0
 
-    def frames_from(self, direction: _Direction, data: bytes, packet_number: int, time_ns: int) -> None:
+    def frames_from(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
+        """Frame ``data``, the direction's bytes from stream ``offset`` on (the lab's timeline
+        wraps this to learn when each frame's first byte came)."""
         if direction.broken:
             direction.undecoded_bytes += len(data)
             return
