@@ -37,6 +37,9 @@ def format_calibration(document: dict) -> str:
     loss = (document.get("capture_loss") or {}).get("by_direction") or {}
     damaged = {d: v for d, v in loss.items()
                if v.get("lost_bytes") or v.get("skipped_bytes") or v.get("streams_excluded")}
+    drops = (document.get("capture_loss") or {}).get("kernel_drops")
+    if drops:
+        lines.append(f"capture: the kernel dropped {drops} packets while capturing (tcpdump's count)")
     for d, v in damaged.items():
         lines.append(f"capture loss, {d}: {v['lost_fraction'] * 100:.2f}% of its bytes ({v['lost_bytes']} never "
                      f"captured, {v['skipped_bytes']} not decodable); {v['streams_excluded']} tensor streams left out")

@@ -207,17 +207,24 @@ def test_calibration_refuses_a_direction_that_lost_too_much_unless_allowed(made,
     assert loss["allowed"] and loss["by_direction"]["downlink"]["lost_bytes"] == made["dropped_payload_bytes"]
     assert loss["by_direction"]["downlink"]["streams_excluded"] >= 1
     assert loss["by_direction"]["uplink"]["lost_bytes"] == 0
+    assert loss["kernel_drops"] is None  # this run.json has no count of tcpdump's, the pcap none either
     assert document["win_bytes"] is not None
 
 
 def test_calibrate_cli_exits_2_naming_the_capture_and_the_flag(made, tmp_path, capsys):
+    import json
+
     run_dir = _run_dir_with(tmp_path, made["dropped"])
+    run = json.loads((run_dir / "run.json").read_text())
+    run["capture"] = {**(run.get("capture") or {}), "dropped_by_kernel": 1}  # tcpdump's count when it stopped
+    (run_dir / "run.json").write_text(json.dumps(run))
     code, _, err = run_cli(["calibrate", run_dir, "-o", tmp_path / "cluster.json"], capsys)
     assert code == 2 and "capture.pcap: the downlink lost" in err
     assert "--allow-loss" in err and "allow_loss" not in err and "Traceback" not in err
     assert not (tmp_path / "cluster.json").exists()
     code, out, _ = run_cli(["calibrate", run_dir, "-o", tmp_path / "cluster.json", "--allow-loss"], capsys)
-    assert code == 0 and "capture loss, downlink: 7." in out
+    assert code == 0 and "capture loss, downlink: 7." in out and "the kernel dropped 1 packets" in out
+    assert json.loads((tmp_path / "cluster.json").read_text())["capture_loss"]["kernel_drops"] == 1
 
 
 def test_a_shuffled_capture_calibrates_as_the_ordered_one(made, tmp_path):
