@@ -388,6 +388,9 @@ class DirectionDecoder:
         self._block_lost = False  # the open block lost a fragment: swallow it to its end
         self.hpack_failed = False
         self.table_uncertain = False  # a lost header block may have changed the dynamic table
+        # gRPC sends the same few header blocks again and again once their fields are indexed:
+        # a block that left the table as it was decodes the same until the table changes.
+        self._unchanged_blocks: dict[bytes, Headers] = {}
 
     def lose_frame(self, frame: RawFrame) -> FrameDetails:
         """What is left of a damaged frame (:attr:`RawFrame.damaged`): a DATA frame's length, no
@@ -481,6 +484,12 @@ class DirectionDecoder:
 
         if self.hpack_failed:
             return None  # the dynamic table is lost for the rest of this direction
+        cached = self._unchanged_blocks.get(block)
+        if cached is not None:
+            return cached
+        table = self._hpack.header_table
+        entries = table.dynamic_entries
+        before = (len(entries), entries[0] if entries else None, table.maxsize)  # holds the newest entry
         try:
             pairs = self._hpack.decode(block, raw=True)
         except (HPACKError, IndexError, ValueError) as exc:
@@ -494,6 +503,11 @@ class DirectionDecoder:
             self.hpack_failed = True
             raise MalformedFrame(None, "a header block decoded after header blocks were lost is not well formed; "
                                  "headers of this direction are not decoded from here on")
+        if (len(entries), entries[0] if entries else None, table.maxsize) == before and \
+                (entries[0] if entries else None) is before[1]:
+            self._unchanged_blocks[block] = headers
+        else:
+            self._unchanged_blocks.clear()  # decoded against another table from now on
         return headers
 
 

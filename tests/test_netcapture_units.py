@@ -25,7 +25,7 @@ from netcapture.grpc import (
     tensor_content_bytes,
     tensor_name,
 )
-from netcapture.http2 import PREFACE, FrameSplitter, parse_frame
+from netcapture.http2 import FLAG_END_HEADERS, HEADERS, PREFACE, FrameSplitter, parse_frame
 from netcapture.layers import TcpSegment, decode_tcp, decode_tcp_scapy
 from netcapture.pcap import PcapReader, iter_packets
 from netcapture.tcp import DirectionReassembler, Endpoint
@@ -324,3 +324,19 @@ def test_unknown_backend_is_a_usage_error():
 
     with pytest.raises(UsageError, match="backend"):
         read_capture(DATA_DIR / "tiny_lo" / "capture.pcap.gz", "pyshark")
+
+
+def test_a_repeated_header_block_decodes_against_the_table_as_it_is_now():
+    from netcapture.http2 import DirectionDecoder, RawFrame
+
+    decoder = DirectionDecoder()
+
+    def headers(block):
+        return decoder.decode(RawFrame(0, HEADERS, FLAG_END_HEADERS, 1, block)).headers
+
+    newest = b"\xbe"  # "the dynamic table's newest entry": the same bytes name different fields over time
+    assert headers(b"\x40\x03x-a\x011") == (("x-a", "1"),)  # inserted
+    assert headers(newest) == (("x-a", "1"),)
+    assert headers(newest) == (("x-a", "1"),)  # the cached decode, table unchanged
+    assert headers(b"\x40\x03x-b\x012") == (("x-b", "2"),)  # a new insertion: the cache must not answer
+    assert headers(newest) == (("x-b", "2"),)
