@@ -18,10 +18,10 @@ class DirectionLoss:
 
     ``decoded_bytes`` were cut into intact frames; ``lost_bytes`` were never captured (TCP
     gaps); ``skipped_bytes`` were captured but could not be used: the rest of a frame the
-    capture cut, bytes before the next frame boundary found, a frame left incomplete at the
-    end. ``damaged_frames`` came out with their header only; ``resyncs`` counts the times
-    decoding had to look for a frame boundary. ``mid_stream_start``: the capture began after
-    the connection opened.
+    capture cut, bytes before the next frame boundary found. ``unfinished_bytes``: the frame
+    in progress when the capture ended (not counted as lost). ``damaged_frames`` came out
+    with their header only; ``resyncs`` counts the times decoding had to look for a frame
+    boundary. ``mid_stream_start``: the capture began after the connection opened.
     """
 
     connection: ConnectionId
@@ -35,14 +35,16 @@ class DirectionLoss:
     damaged_frames: int = 0
     resyncs: int = 0
     mid_stream_start: bool = False
+    unfinished_bytes: int = 0  # the frame the capture ended inside: the capture's end, not a loss
 
     @property
     def total_bytes(self) -> int:
-        return self.decoded_bytes + self.lost_bytes + self.skipped_bytes
+        return self.decoded_bytes + self.lost_bytes + self.skipped_bytes + self.unfinished_bytes
 
     @property
     def lost_fraction(self) -> float:
-        """Bytes not decoded (lost or skipped) over all the direction's bytes."""
+        """Bytes lost or skipped over all the direction's bytes (a frame the capture ended inside
+        is not a loss: every capture of a running job ends somewhere)."""
         total = self.total_bytes
         return (self.lost_bytes + self.skipped_bytes) / total if total else 0.0
 

@@ -105,13 +105,17 @@ class _Direction:
         splitter = self.splitter
         delivered = self.reassembler.delivered_bytes
         lost = sum(g.missing_bytes for g in self.reassembler.gaps)
-        skipped = (splitter.skipped_bytes + splitter.buffered_bytes) if splitter else 0
+        skipped = splitter.skipped_bytes if splitter else 0
+        buffered = splitter.buffered_bytes if splitter else 0
+        # Bytes waiting at the end: the frame the capture ended inside, when framing was on track.
+        unfinished = buffered if splitter and splitter.synchronised and not self.broken else 0
+        skipped += buffered - unfinished + self.undecoded_bytes
         return DirectionLoss(
             connection=self.connection.id, from_client=self.from_client, src=self.src, dst=self.dst,
-            decoded_bytes=max(0, delivered - lost - skipped - self.undecoded_bytes), lost_bytes=lost,
-            skipped_bytes=skipped + self.undecoded_bytes, gaps=self.gaps,
+            decoded_bytes=max(0, delivered - lost - skipped - unfinished), lost_bytes=lost,
+            skipped_bytes=skipped, gaps=self.gaps,
             damaged_frames=splitter.damaged_frames if splitter else 0, resyncs=splitter.resyncs if splitter else 0,
-            mid_stream_start=self.connection.mid_stream)
+            mid_stream_start=self.connection.mid_stream, unfinished_bytes=unfinished)
 
 
 class _Connection:
@@ -465,7 +469,7 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
                 gaps.extend(stats.gaps)
                 loss = direction.loss()
                 losses.append(loss)
-                if loss.lost_bytes or loss.skipped_bytes > direction.splitter.buffered_bytes:
+                if loss.lost_bytes or loss.skipped_bytes:
                     decoder.warn(loss.describe())
         if connection.state != "http2" and any(d.reassembler.delivered_bytes for d in connection.directions.values()):
             others += 1

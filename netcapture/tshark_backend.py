@@ -56,6 +56,7 @@ from netcapture.grpc import RECV_TENSOR_PATH, GrpcMessage
 from netcapture.http2 import (
     CONTINUATION,
     DATA,
+    DEFAULT_MAX_FRAME_BYTES,
     FLAG_ACK,
     FLAG_END_HEADERS,
     FLAG_PADDED,
@@ -194,6 +195,7 @@ class _Connection:
         self.held: list[tuple[tuple[str, int], dict]] = []  # frames seen before the preface
         self.paths: dict[int, str] = {}
         self.segments: dict[tuple[str, int], list[tuple[int, int]]] = {}  # src -> (seq, nxtseq) with data
+        self.framed_to: dict[tuple[str, int], int] = {}  # src -> nxtseq of the last packet that ended a frame
         self.received: dict[tuple[int, bool], int] = {}  # gRPC accounting per stream direction
         self.consumed: dict[tuple[int, bool], int] = {}
 
@@ -241,7 +243,8 @@ class _Decoder:
                 self._frames(connection, held_src, packet)
         if not row.get("http2.type"):
             return
-        packet = {"number": number, "time_ns": _epoch_ns(row.get("frame.time_epoch")), "row": row}
+        packet = {"number": number, "time_ns": _epoch_ns(row.get("frame.time_epoch")), "row": row,
+                  "nxtseq": nxtseq or 0}
         if connection.id is None:
             connection.held.append((src, packet))
         else:
@@ -251,9 +254,11 @@ class _Decoder:
         """Per direction of each HTTP/2 connection: the TCP bytes never captured (holes in the
         covered sequence range) and the bytes tshark's dissector did not frame."""
         framed: dict[tuple[ConnectionId, bool], int] = {}
+        largest: dict[tuple[ConnectionId, bool], int] = {}
         for frame in self.frames:
             key = (frame.connection, frame.from_client)
             framed[key] = framed.get(key, 0) + FRAME_HEADER_BYTES + frame.length
+            largest[key] = max(largest.get(key, DEFAULT_MAX_FRAME_BYTES), frame.length)
         out = []
         for connection in self.connections.values():
             if connection.id is None:
@@ -261,12 +266,20 @@ class _Decoder:
             for from_client in (True, False):
                 src = connection.client if from_client else (connection.id.server_ip, connection.id.server_port)
                 dst = (connection.id.server_ip, connection.id.server_port) if from_client else connection.client
-                covered, span, holes = _coverage(connection.segments.get(src, []))
+                segments = connection.segments.get(src, [])
+                covered, span, holes = _coverage(segments)
                 decoded = framed.get((connection.id, from_client), 0) + (len(PREFACE) if from_client else 0)
                 decoded = min(decoded, covered)
+                # After the last packet that ended a frame: the frame the capture ended inside,
+                # if it can be one frame (more is what the dissector gave up on).
+                end = max((nxt for _, nxt in segments), default=0)
+                tail = max(0, end - connection.framed_to.get(src, end))
+                one_frame = FRAME_HEADER_BYTES + largest.get((connection.id, from_client), DEFAULT_MAX_FRAME_BYTES)
+                unfinished = min(covered - decoded, tail) if tail <= one_frame else 0
                 out.append(DirectionLoss(connection.id, from_client, Endpoint(*src), Endpoint(*dst),
                                          decoded_bytes=decoded, lost_bytes=span - covered,
-                                         skipped_bytes=covered - decoded, gaps=holes))
+                                         skipped_bytes=covered - decoded - unfinished, gaps=holes,
+                                         unfinished_bytes=unfinished))
         return tuple(out)
 
     def _frames(self, connection: _Connection, src: tuple[str, int], packet: dict) -> None:
@@ -286,6 +299,8 @@ class _Decoder:
                                      int(flag, 16), cursors))
         built = self._attach_grpc(connection, from_client, packet, row, built, cursors)
         self.frames.extend(built)
+        if built:
+            connection.framed_to[src] = max(connection.framed_to.get(src, 0), packet["nxtseq"])
 
     def _frame(self, connection: _Connection, from_client: bool, packet: dict, kind: int, stream: int,
                length: int, flags: int, cursors: dict[str, _Cursor]) -> Http2Frame:
