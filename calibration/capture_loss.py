@@ -47,18 +47,20 @@ class LinkLoss:
     decoded_bytes: int = 0
     lost_bytes: int = 0       # never captured
     skipped_bytes: int = 0    # captured, not decodable
+    unfinished_bytes: int = 0  # frames the capture ended inside: not a loss
     gaps: int = 0
     streams_decoded: int = 0  # RecvTensor streams carrying this direction's tensors, intact
     streams_excluded: int = 0  # ... and those that lost frames: left out of the fits
 
     @property
     def lost_fraction(self) -> float:
-        total = self.decoded_bytes + self.lost_bytes + self.skipped_bytes
+        total = self.decoded_bytes + self.lost_bytes + self.skipped_bytes + self.unfinished_bytes
         return (self.lost_bytes + self.skipped_bytes) / total if total else 0.0
 
     def to_json(self) -> dict:
         return {"decoded_bytes": self.decoded_bytes, "lost_bytes": self.lost_bytes,
-                "skipped_bytes": self.skipped_bytes, "lost_fraction": round(self.lost_fraction, 6),
+                "skipped_bytes": self.skipped_bytes, "unfinished_bytes": self.unfinished_bytes,
+                "lost_fraction": round(self.lost_fraction, 6),
                 "tcp_gaps": self.gaps, "streams_decoded": self.streams_decoded,
                 "streams_excluded": self.streams_excluded}
 
@@ -85,8 +87,8 @@ def link_losses(capture, roles_by_port: dict[int, str]) -> dict[str, LinkLoss]:
     >>> link_losses(type("C", (), {"losses": (), "streams": ()})(), {})["downlink"].lost_fraction
     0.0
     """
-    sums = {d: dict(decoded_bytes=0, lost_bytes=0, skipped_bytes=0, gaps=0, streams_decoded=0, streams_excluded=0)
-            for d in DIRECTIONS}
+    sums = {d: dict(decoded_bytes=0, lost_bytes=0, skipped_bytes=0, unfinished_bytes=0, gaps=0, streams_decoded=0,
+                    streams_excluded=0) for d in DIRECTIONS}
     for loss in capture.losses:
         ps_sends = _ps_sends(roles_by_port.get(loss.connection.server_port, ""), loss.from_client)
         if ps_sends is None:
@@ -95,6 +97,7 @@ def link_losses(capture, roles_by_port: dict[int, str]) -> dict[str, LinkLoss]:
         into["decoded_bytes"] += loss.decoded_bytes
         into["lost_bytes"] += loss.lost_bytes
         into["skipped_bytes"] += loss.skipped_bytes
+        into["unfinished_bytes"] += loss.unfinished_bytes
         into["gaps"] += loss.gaps
     for stream in capture.streams:
         if not stream.is_recv_tensor:

@@ -275,7 +275,9 @@ class _Decoder:
                 end = max((nxt for _, nxt in segments), default=0)
                 tail = max(0, end - connection.framed_to.get(src, end))
                 one_frame = FRAME_HEADER_BYTES + largest.get((connection.id, from_client), DEFAULT_MAX_FRAME_BYTES)
-                unfinished = min(covered - decoded, tail) if tail <= one_frame else 0
+                undecoded = covered - decoded
+                # (The last packet that ended a frame may hold that frame's first bytes too.)
+                unfinished = undecoded if 0 < tail <= one_frame and undecoded <= one_frame else 0
                 out.append(DirectionLoss(connection.id, from_client, Endpoint(*src), Endpoint(*dst),
                                          decoded_bytes=decoded, lost_bytes=span - covered,
                                          skipped_bytes=covered - decoded - unfinished, gaps=holes,
