@@ -311,7 +311,7 @@ class _Decoder:
         was_synchronised = splitter.synchronised
         for raw in splitter.lose(missing_bytes):
             self.frames.append((packet_number, raw.offset, self._frame(direction, raw, packet_number,
-                                                                        self._time_of(direction))))
+                                                                        direction.reassembler.latest_time_ns)))
         if was_synchronised and not splitter.synchronised:
             # Whole frames went missing, header blocks and gRPC message starts among them: the
             # streams in progress lost frames, and any of them may have ended unseen.
@@ -319,10 +319,6 @@ class _Decoder:
             direction.deframers = dict.fromkeys(direction.deframers)
             self.damaged_streams.update((direction.connection.id, s) for s in direction.open_streams)
             direction.open_streams.clear()
-
-    @staticmethod
-    def _time_of(direction: _Direction) -> int:
-        return direction.reassembler.last_time_ns or 0
 
     def frames_from(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         """Frame ``data``, the direction's bytes from stream ``offset`` on (the lab's timeline

@@ -139,12 +139,16 @@ class DirectionReassembler:
         self.time_reversals = 0
         self.max_time_reversal_ns = 0
         self._held: list[tuple[TcpSegment, int, int]] | None = []  # until the stream's start is known
-        self.last_time_ns: int | None = None
 
     @property
     def delivered_bytes(self) -> int:
         """How far the direction has been passed on in order: bytes delivered plus gaps skipped."""
         return self._next
+
+    @property
+    def latest_time_ns(self) -> int:
+        """The latest capture time among the segments taken so far (0 before any)."""
+        return self._latest_ns
 
     @property
     def started(self) -> bool:
@@ -158,7 +162,6 @@ class DirectionReassembler:
 
     def add(self, segment: TcpSegment, packet_number: int, time_ns: int) -> None:
         """Take one segment of this direction, delivering whatever it makes contiguous."""
-        self.last_time_ns = time_ns if self.last_time_ns is None else max(self.last_time_ns, time_ns)
         if self._held is not None:
             if segment.syn:
                 self._release(segment, packet_number, time_ns)

@@ -490,6 +490,7 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
     if not path.is_file():
         raise MalformedCapture(path, "no such file")
     with tempfile.TemporaryDirectory(prefix="netcapture-tshark-") as work_dir:
+        (Path(work_dir) / "tfsim_recv_tensor.proto").write_text(RECV_TENSOR_PROTO)
         try:
             return _decode(path, path, server_ports, strict, tshark, work_dir)
         except TsharkError as exc:
@@ -508,33 +509,32 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
 
 def _decode(path: Path, source: Path, server_ports: frozenset[int] | None, strict: bool, tshark: str,
             work_dir: str) -> BackendResult:
-    """Decode ``source`` (``path`` or a salvaged copy of it); messages name ``path``."""
+    """Decode ``source`` (``path`` or a salvaged copy of it; ``work_dir`` holds the RecvTensor
+    .proto); messages name ``path``."""
     ports = server_ports if server_ports is not None else find_http2_ports(source, tshark)
     decoder = _Decoder(path)
     truncated = False
-    with tempfile.TemporaryDirectory(prefix="proto-", dir=work_dir) as proto_dir:
-        (Path(proto_dir) / "tfsim_recv_tensor.proto").write_text(RECV_TENSOR_PROTO)
-        command = [
-            tshark, "-r", str(source), "-n",
-            "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE",
-            "-o", "protobuf.pbf_as_hf:TRUE", "-o", "protobuf.preload_protos:TRUE",
-            "-o", f'uat:protobuf_search_paths:"{proto_dir}","TRUE"',
-        ]
-        for port in sorted(ports):
-            command += ["-d", f"tcp.port=={port},http2"]
-        command += ["-T", "fields", "-E", "occurrence=a", "-E", f"aggregator={AGGREGATOR}", "-E", "separator=/t",
-                    "-E", "quote=n", "-E", "header=n"]
-        for field in FIELDS:
-            command += ["-e", field]
-        try:
-            for line in _run_lines(command, path):
-                decoder.row(_Row(line))
-        except TruncatedCapture as exc:
-            if strict:
-                raise TruncatedCapture(path, f"{exc.problem}; {decoder.packets} complete packets read") from None
-            truncated = True
-            decoder.warnings.append(f"the file is cut short: the capture ends inside a packet after "
-                                    f"{decoder.packets} complete packets")
+    command = [
+        tshark, "-r", str(source), "-n",
+        "-o", "tcp.desegment_tcp_streams:TRUE", "-o", "tcp.reassemble_out_of_order:TRUE",
+        "-o", "protobuf.pbf_as_hf:TRUE", "-o", "protobuf.preload_protos:TRUE",
+        "-o", f'uat:protobuf_search_paths:"{work_dir}","TRUE"',
+    ]
+    for port in sorted(ports):
+        command += ["-d", f"tcp.port=={port},http2"]
+    command += ["-T", "fields", "-E", "occurrence=a", "-E", f"aggregator={AGGREGATOR}", "-E", "separator=/t",
+                "-E", "quote=n", "-E", "header=n"]
+    for field in FIELDS:
+        command += ["-e", field]
+    try:
+        for line in _run_lines(command, path):
+            decoder.row(_Row(line))
+    except TruncatedCapture as exc:
+        if strict:
+            raise TruncatedCapture(path, f"{exc.problem}; {decoder.packets} complete packets read") from None
+        truncated = True
+        decoder.warnings.append(f"the file is cut short: the capture ends inside a packet after "
+                                f"{decoder.packets} complete packets")
     undecided = [c for c in decoder.connections.values() if c.held]
     for connection in undecided:
         decoder.warnings.append(f"tcp.stream {connection.index}: HTTP/2 frames without a captured connection "

@@ -15,14 +15,12 @@ import dataclasses
 import gzip
 import json
 import random
-import struct
 import sys
 from pathlib import Path
 
 from netcapture.layers import decode_tcp
-from netcapture.pcap import PcapReader
+from netcapture.pcap import PcapReader, PcapWriter
 
-PCAP_NS_MAGIC = 0xA1B23C4D
 SNAPLEN = 262_144
 
 
@@ -40,13 +38,10 @@ def packets_of(path: Path) -> list[Packet]:
 
 def write_pcap(path: Path, packets: list[Packet]) -> Path:
     """A classic pcap with nanosecond stamps (one link type: the first packet's)."""
-    linktype = packets[0].linktype
     with open(path, "wb") as out:
-        out.write(struct.pack("<IHHiIII", PCAP_NS_MAGIC, 2, 4, 0, 0, SNAPLEN, linktype))
+        writer = PcapWriter(out, packets[0].linktype, snaplen=SNAPLEN, nanoseconds=True)
         for packet in packets:
-            seconds, nanos = divmod(packet.time_ns, 1_000_000_000)
-            out.write(struct.pack("<IIII", seconds, nanos, len(packet.data), len(packet.data)))
-            out.write(packet.data)
+            writer.write(packet.time_ns, packet.data)
     return path
 
 
