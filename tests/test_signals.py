@@ -199,3 +199,28 @@ def test_a_signal_at_a_random_point(tmp_path, command, sig):
         state = check_after(tmp, setup, reader.finish(), code)
         print(f"{command} {sig} after {delay:.2f} s: exit {code} {took:.3f} s after the signal, outputs {state}, "
               f"{len(seen)} child processes seen")
+
+
+def test_a_signal_raised_inside_a_destructor_still_stops_the_program():
+    # Python swallows an exception raised in __del__ (printing "Exception ignored in"): the
+    # signal must come again where it unwinds the program, not be lost.
+    code = (
+        "import os, signal\n"
+        "from tfbase.errors import Terminated\n"
+        "from tfbase.signals import stop_on_signals\n"
+        "class Bomb:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(1000): pass\n"
+        "try:\n"
+        "    with stop_on_signals():\n"
+        "        Bomb()\n"
+        "        for _ in range(10**6): pass\n"
+        "    print('went on')\n"
+        "except Terminated:\n"
+        "    print('stopped')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "stopped"
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr

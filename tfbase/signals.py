@@ -7,6 +7,9 @@
   the handler ignore further ones, so that a second Ctrl-C cannot cut that cleanup short
   (it takes milliseconds). A signal that the process inherited as ignored (``nohup``, a
   background job of a non-interactive shell) stays ignored.
+- A stop signal whose exception the handler raised inside a ``__del__`` or a weakref
+  callback (where Python swallows exceptions) is raised again a millisecond later, from a
+  SIGALRM timer, so that it is neither lost nor printed as "Exception ignored".
 - :func:`deferred_signals`: a signal that arrives inside is acted on at its end, so that the
   renames committing a run's outputs are never cut in the middle.
 - :func:`child_process_setup`: what a worker process does first: it ignores SIGINT (the
@@ -24,6 +27,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -31,14 +35,38 @@ from tfbase.errors import Terminated
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
+REDELIVER_AFTER_S = 0.001  # a swallowed stop signal is raised again this much later
 
-_state = {"stopping": False, "deferring": 0, "pending": None}
+_state = {"stopping": False, "deferring": 0, "pending": None, "unraisable_hook": sys.unraisablehook,
+          "redeliver": None, "alarm_handler": signal.SIG_DFL}
 
 
 def _raise_for(signum: int) -> None:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
+
+
+def _swallowed(hook_args) -> None:
+    """``sys.unraisablehook`` inside :func:`stop_on_signals`. A signal whose exception the
+    handler raised inside a ``__del__`` or a weakref callback is swallowed there by Python
+    (printed as "Exception ignored in ..."), and the program would go on as if never asked to
+    stop: send the signal again, to be raised where it unwinds the program."""
+    exc = hook_args.exc_value
+    if _state["stopping"] and isinstance(exc, (Terminated, KeyboardInterrupt)):
+        _state["stopping"] = False
+        _state["redeliver"] = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else exc.signum
+        # A moment later, by then out of the destructor: sent from here (or from a thread this
+        # waits to start) the handler would run, and be swallowed, here again.
+        _state["alarm_handler"] = signal.signal(signal.SIGALRM, _redeliver)
+        signal.setitimer(signal.ITIMER_REAL, REDELIVER_AFTER_S)
+        return
+    _state["unraisable_hook"](hook_args)
+
+
+def _redeliver(alarm, frame) -> None:
+    signal.signal(signal.SIGALRM, _state["alarm_handler"])
+    _handler(_state["redeliver"], frame)
 
 
 def _handler(signum, frame) -> None:
@@ -66,13 +94,15 @@ def stop_on_signals(*, then_ignore: bool = False) -> Iterator[None]:
             continue  # ignored on purpose by whoever started us (nohup, a background job)
         previous[sig] = signal.signal(sig, _handler)
     saved = dict(_state)
-    _state.update(stopping=False, deferring=0, pending=None)
+    _state.update(stopping=False, deferring=0, pending=None, unraisable_hook=sys.unraisablehook)
+    sys.unraisablehook = _swallowed
     try:
         yield
     finally:
         _state["stopping"] = True  # leaving: a signal from here on is not raised
         for sig, old in previous.items():
             signal.signal(sig, signal.SIG_IGN if then_ignore else old)
+        sys.unraisablehook = _state["unraisable_hook"]
         _state.update(saved)
 
 
