@@ -148,14 +148,18 @@ def measure_bandwidth(out_dir: Path, server_host: str, *, repeats: int = 3, seco
     paths = []
     for k in range(repeats):
         for direction, extra in (("uplink", []), ("downlink", ["-R"])):
-            server = subprocess.Popen([*server_prefix, "iperf3", "-s", "-1", "-p", str(port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            server = None
             try:
+                # A stop signal while the server starts is held until ``server`` names it (see
+                # Tcpdump.start), so that the ``finally`` below always stops it.
+                with deferred_signals():
+                    server = subprocess.Popen([*server_prefix, "iperf3", "-s", "-1", "-p", str(port)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                              start_new_session=True)
                 result = None
                 for _ in range(50):  # the server needs a moment to listen
-                    result = subprocess.run([*client_prefix, "iperf3", "-c", server_host, "-p", str(port), "-J",
-                                             "-t", str(seconds), *extra], capture_output=True, text=True,
-                                            timeout=seconds + 30)
+                    result = run_stoppable([*client_prefix, "iperf3", "-c", server_host, "-p", str(port), "-J",
+                                            "-t", str(seconds), *extra], timeout_s=seconds + 30)
                     if '"error"' not in result.stdout or "Connection refused" not in result.stdout:
                         break
                     time.sleep(0.1)
@@ -169,11 +173,32 @@ def measure_bandwidth(out_dir: Path, server_host: str, *, repeats: int = 3, seco
                     raise CollectError(f"iperf3 {direction} run failed: {error}")
                 paths.append(path)
             finally:
-                if server.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+                if server is not None:
+                    _kill_group(server)
     return paths
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL ``process``'s process group (it leads its own session) and reap it."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def run_stoppable(argv: Sequence[str], *, timeout_s: float) -> subprocess.CompletedProcess:
+    """:func:`subprocess.run` of ``argv`` (text output captured) in a session of its own, whose
+    whole process group is killed if anything stops the wait: a stop signal, Ctrl-C, the
+    timeout. The child is started with stop signals held, so it is never left unnamed."""
+    with deferred_signals():
+        process = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except BaseException:
+        _kill_group(process)
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def host_port_filter(pairs: Sequence[tuple[str, int]]) -> str:
@@ -210,11 +235,16 @@ class IperfServer:
     def start(cls, port: int = IPERF_PORT, settle_s: float = 0.5) -> IperfServer:
         require_tools("iperf3")
         try:
-            process = subprocess.Popen(["iperf3", "-s", "-p", str(int(port))], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.PIPE, text=True, start_new_session=True)
+            with deferred_signals():
+                process = subprocess.Popen(["iperf3", "-s", "-p", str(int(port))], stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.PIPE, text=True, start_new_session=True)
         except OSError as exc:
             raise CollectError(f"cannot start the iperf3 server: {exc}") from None
-        time.sleep(settle_s)
+        try:
+            time.sleep(settle_s)
+        except BaseException:
+            _kill_group(process)
+            raise
         if process.poll() is not None:
             message = (process.stderr.read() or "").strip().splitlines()
             raise UsageError("iperf_server", f"iperf3 -s -p {port} stopped at once: "
@@ -238,9 +268,8 @@ _RETRYABLE = ("Connection refused", "server is busy", "No route to host", "unabl
 def _iperf_once(host: str, port: int, seconds: float, extra: Sequence[str], deadline: float) -> str:
     """One ``iperf3 -J`` client run, retried while the server is not (yet) there, until ``deadline``."""
     while True:
-        result = subprocess.run(["iperf3", "-c", host, "-p", str(port), "-J", "-t", str(seconds),
-                                 "--connect-timeout", "3000", *extra], capture_output=True, text=True,
-                                timeout=seconds + 60)
+        result = run_stoppable(["iperf3", "-c", host, "-p", str(port), "-J", "-t", str(seconds),
+                                "--connect-timeout", "3000", *extra], timeout_s=seconds + 60)
         try:
             error = json.loads(result.stdout).get("error")
         except json.JSONDecodeError:
