@@ -541,8 +541,12 @@ def _decode(path: Path, source: Path, server_ports: frozenset[int] | None, stric
                                 "preface were not decoded")
     losses = decoder.losses()
     decoder.warnings.extend(loss.describe() for loss in losses if loss.lost_bytes or loss.skipped_bytes)
+    # Capture order. A connection's frames seen before its client preface (a server's SETTINGS
+    # sent first) are decoded only once the preface comes, after other connections' later
+    # frames; a packet's own frames keep their order (the sort is stable).
+    frames = sorted(decoder.frames, key=lambda frame: frame.packet_number)
     return BackendResult(path=path, backend="tshark", packets=decoder.packets, file_format=_format(path),
-                         truncated=truncated, kernel_drops=None, frames=tuple(decoder.frames), losses=losses,
+                         truncated=truncated, kernel_drops=None, frames=tuple(frames), losses=losses,
                          warnings=tuple(decoder.warnings),
                          other_tcp_connections=sum(1 for c in decoder.connections.values() if c.id is None))
 

@@ -50,7 +50,8 @@ def test_quick_preset_end_to_end(tmp_path):
     pytest.importorskip("tensorflow")
     before = set(list_namespaces())
     result = subprocess.run([sys.executable, "-m", "tfsim", "lab", "--preset", "quick", "--out", str(tmp_path),
-                             "--repeat", "2", "--no-progress"], capture_output=True, text=True, timeout=900)
+                             "--repeat", "2", "--no-progress", "--timeline"], capture_output=True, text=True,
+                            timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     with open(tmp_path / "results.csv") as handle:
         rows = list(csv.DictReader(handle))
@@ -71,7 +72,18 @@ def test_quick_preset_end_to_end(tmp_path):
             predicted = float(row[f"predicted_{model}_eps"])
             assert predicted > 0
             assert float(row[f"error_{model}"]) == pytest.approx(predicted / measured - 1, abs=1e-4)
+        # --timeline: one more run per W captured at the PS, beside the simulation of that W
+        for column in ("busy_down_measured", "busy_down_simulated", "busy_up_measured", "busy_up_simulated"):
+            assert 0 < float(row[column]) <= 1
+        assert float(row["timeline_run_eps"]) > 0 and float(row["step_median_simulated_s"]) > 0
+        timeline = tmp_path / "tiny-100mbit" / f"timeline-w{row['workers']}"
+        assert not list(timeline.glob("capture.pcap*"))  # decoded, then deleted
+        view = json.loads((timeline / "timeline.json").read_text())
+        assert view["workers"] == int(row["workers"]) and {r["direction"] for r in view["wire"]} == {"down", "up"}
+        assert json.loads((timeline / "run.json").read_text())["capture"]["host"] == "ps0"
+        assert (tmp_path / "tiny-100mbit" / f"timeline-w{row['workers']}.png").read_bytes()[:4] == b"\x89PNG"
     page = (tmp_path / "results.md").read_text()
+    assert "## Where the time goes" in page
     share = os.cpu_count() / 3
     assert f"| tiny-100mbit | PS {share:.2f}, w {share:.2f} | 1 |" in page and "measured again" in page
     assert (tmp_path / "tiny-100mbit.png").read_bytes()[:4] == b"\x89PNG"

@@ -55,3 +55,78 @@ def test_simulated_timeline_and_prototype_on_bundled_profile():
     two = simulate(graph, ProtoParams(down=link, up=link), 2, steps=20, warmup=5)
     assert 0 < one.throughput_eps() < two.throughput_eps() < 2.2 * one.throughput_eps()
     assert all(0 <= v <= 1.2 for v in two.utilisation().values())
+
+
+W2_RUN = DATA / "captures" / "tiny_100mbit_w2_ps"  # tiny, 2 workers, 100 Mbit/s, captured at the PS
+W2_RATE_BPS = 100e6 / 8
+
+
+def test_merged_intervals_cover_what_union_busy_counts():
+    from tfsim.lab.timeline import merged_intervals, union_busy
+
+    rng = np.random.default_rng(7)
+    starts = rng.uniform(0, 10, 200)
+    ends = starts + rng.exponential(0.05, 200)
+    merged = merged_intervals(starts, ends)
+    assert np.all(merged[1:, 0] > merged[:-1, 1])  # disjoint and sorted
+    busy, _ = union_busy(starts, ends, 0.0, 20.0)
+    assert float((merged[:, 1] - merged[:, 0]).sum()) == pytest.approx(busy)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_measured_timeline_of_a_real_two_worker_lab_run():
+    from tfsim.lab.timeline import measured_timeline
+
+    T = measured_timeline(W2_RUN / "capture.pcap.gz", W2_RUN, rate_Bps=W2_RATE_BPS, chain=())
+    assert len(T.layout.worker_ips) == 2 and T.layout.ps_ip not in T.layout.worker_ips
+    # every measured step of each worker fetches tiny's 10 tensors and sends its 9 gradients
+    per_step: dict = {}
+    for m in T.messages:
+        if m["rpc"] == "RecvTensor" and m["step"] >= 0:
+            key = (m["worker"], m["step"], m["response_dir"])
+            per_step[key] = per_step.get(key, 0) + 1
+    for w in (0, 1):
+        for k in range(len(T.layout.steps[w])):
+            assert (per_step.get((w, k, "down")), per_step.get((w, k, "up"))) == (10, 9)
+    wire = T.tables()["wire"]
+    for direction in ("down", "up"):
+        whole = next(r for r in wire if r["direction"] == direction and r["worker"] == "all")
+        workers = [r for r in wire if r["direction"] == direction and r["worker"] in (0, 1)]
+        # two workers keep a 100 Mbit/s link busy; nobody moves more than the link carries
+        assert 0.7 < whole["busy_fraction"] <= 1.0
+        assert whole["bytes_per_s"] <= W2_RATE_BPS
+        assert sum(r["bytes_per_s"] for r in workers) == pytest.approx(whole["bytes_per_s"], rel=1e-9)
+        assert all(0.25 < r["busy_fraction"] < whole["busy_fraction"] for r in workers)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_timeline_view_lays_the_real_run_beside_the_simulated_one():
+    import dataclasses
+
+    from simulate.cluster_file import load_cluster
+    from tfprofile.profile_io import load_profile
+    from tfsim.lab.timeline_view import timeline_view
+
+    profile = load_profile(DATA / "profiles" / "tiny.npz")
+    payload_Bps = W2_RATE_BPS * 1448 / 1514  # TCP payload of full frames
+    cluster = dataclasses.replace(load_cluster(DATA / "clusters" / "lab-1gbit.json"), downlink_Bps=payload_Bps,
+                                  uplink_Bps=payload_Bps, bucket_downlink=None, bucket_uplink=None)
+    view = timeline_view(W2_RUN, profile, cluster, rate_Bps=W2_RATE_BPS, cores=2.0, steps=20)
+    busy = view.busy_fractions()
+    assert set(busy) == {"measured_down", "simulated_down", "measured_up", "simulated_up"}
+    assert all(0 < v <= 1 for v in busy.values())
+    summary = view.summary()
+    assert summary["workers"] == 2 and summary["step_median_ms"]["measured"] > 0
+    # the simulated step is as long as the simulated run says
+    sim = view.simulated_run
+    assert summary["step_median_ms"]["simulated"] == pytest.approx(
+        float(np.median(sim.step_end_s[:, 10:] - sim.step_start_s[:, 10:])) * 1e3)
+    assert summary["tensors_most_apart"], "tiny's tensors appear in both runs"
+    fig = view.figure()
+    assert len(fig.axes) == 2 and [t.get_text() for t in fig.axes[0].get_yticklabels()][:3] == [
+        "link down", "link up", "w0 down"]
+    trace = view.chrome_trace()
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert {"measured worker 0", "measured worker 1", "simulated worker 0", "simulated worker 1"} <= names
+    measured_tensors = [e for e in trace["traceEvents"] if e.get("cat") == "transfer" and e["pid"] < 1000]
+    assert len(measured_tensors) == sum(1 for m in view.measured.messages if m["rpc"] == "RecvTensor")

@@ -19,6 +19,7 @@ import contextlib
 import csv
 import ctypes
 import dataclasses
+import enum
 import errno
 import json
 import os
@@ -52,6 +53,18 @@ INCOMPLETE_SUFFIX = ".incomplete"
 ZOO_MODELS = ("tiny", "alexnet", "vgg11", "resnet50", "inception3", "wide_mlp")
 
 
+class CaptureSite(enum.Enum):
+    """Where ``collect --capture`` runs tcpdump.
+
+    ``CHIEF_WORKER``: on the chief worker's host, the one-worker calibration run's view (its
+    transfers to and from every PS). ``PS``: on PS 0's host, where every worker's transfers
+    to that PS cross one link: the view of a W-worker run that the timeline reads.
+    """
+
+    CHIEF_WORKER = "chief-worker"
+    PS = "ps"
+
+
 @dataclasses.dataclass(frozen=True)
 class CollectConfig:
     """Options of one profiling run; validated on construction.
@@ -80,6 +93,7 @@ class CollectConfig:
     startup_timeout_s: float = 180.0
     env: tuple[tuple[str, str], ...] = ()
     capture: bool = False
+    capture_site: CaptureSite = CaptureSite.CHIEF_WORKER
     zero_init: bool = False
     iperf_repeats: int = 3
     iperf_seconds: float = 3.0
@@ -94,7 +108,10 @@ class CollectConfig:
         for name in ("batch_size", "steps", "trace_every", "workers", "ps_tasks"):
             if getattr(self, name) < 1:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
-        for name in ("warmup_steps", "image_size", "num_classes", "intra_op_threads", "inter_op_threads"):
+        if not isinstance(self.capture_site, CaptureSite):
+            raise UsageError("capture_site", f"must be a CaptureSite, not {self.capture_site!r}")
+        for name in ("warmup_steps", "image_size", "num_classes", "intra_op_threads", "inter_op_threads",
+                     "iperf_repeats"):
             if getattr(self, name) < 0:
                 raise UsageError(name, f"must not be negative, not {getattr(self, name)}")
         if self.placement not in ("round_robin", "greedy"):
@@ -192,8 +209,9 @@ def collect(
     (the lab's CPU quota: ``python -m tfsim.lab.cgexec ...``).
 
     With ``config.capture``, iperf3 first measures the link from the chief worker's host to
-    PS 0's host (both directions, raw results in ``iperf3/``), then tcpdump captures the job's
-    traffic on ``capture_interface`` of the chief worker's host into ``capture.pcap.gz``.
+    PS 0's host (both directions, raw results in ``iperf3/``; ``iperf_repeats = 0`` skips it),
+    then tcpdump captures the job's traffic on ``capture_interface`` of the host that
+    ``config.capture_site`` names (the chief worker's, or PS 0's) into ``capture.pcap.gz``.
 
     Raises :class:`~tfbase.errors.UsageError` for bad options and
     :class:`~tfbase.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
@@ -203,9 +221,10 @@ def collect(
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
     if config.capture:
-        require_tools("tcpdump", "iperf3")
+        require_tools("tcpdump", *(("iperf3",) if config.iperf_repeats else ()))
         require_root("collect --capture")
-        print("tfsim: collect --capture runs tcpdump and iperf3 as root", file=sys.stderr, flush=True)
+        tools = "tcpdump and iperf3" if config.iperf_repeats else "tcpdump"
+        print(f"tfsim: collect --capture runs {tools} as root", file=sys.stderr, flush=True)
     ntasks = config.ps_tasks + config.workers
     hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
     prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
@@ -242,10 +261,12 @@ def collect(
     capture_record = None
     try:
         chief_k = config.ps_tasks
+        capture_k = 0 if config.capture_site is CaptureSite.PS else chief_k
         if config.capture:  # tcpdump first, so that a capture that cannot start fails before iperf3 runs
-            tcpdump = Tcpdump.start(partial / "capture.pcap", capture_interface, ports, prefix=prefixes[chief_k])
-            measure_bandwidth(partial, hosts[0], repeats=config.iperf_repeats, seconds=config.iperf_seconds,
-                              server_prefix=prefixes[0], client_prefix=prefixes[chief_k])
+            tcpdump = Tcpdump.start(partial / "capture.pcap", capture_interface, ports, prefix=prefixes[capture_k])
+            if config.iperf_repeats:
+                measure_bandwidth(partial, hosts[0], repeats=config.iperf_repeats, seconds=config.iperf_seconds,
+                                  server_prefix=prefixes[0], client_prefix=prefixes[chief_k])
         roles = [("ps", i) for i in range(config.ps_tasks)] + [("worker", i) for i in range(config.workers)]
         for k, (role, index) in enumerate(roles):
             spec_path = partial / "logs" / f"{role}{index}.spec.json"
@@ -322,7 +343,8 @@ def collect(
             tcpdump = None
             (partial / "capture.tcpdump.log").unlink(missing_ok=True)
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
-                              "filter": capture_filter(ports), **counts}
+                              "host": "ps0" if capture_k == 0 else "worker0", "filter": capture_filter(ports),
+                              **counts}
         _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record)
         if out.exists():
             shutil.rmtree(out)
@@ -400,7 +422,8 @@ def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_s
     traces = sorted(p.name for p in (run_dir / "trace").glob("step_*.pb.gz"))
     if not traces:
         raise CollectError(f"the run traced no step ({run_dir / 'trace'})")
-    config_record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()}
+    config_record = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)
+                     for k, v in dataclasses.asdict(config).items()}
     config_record["env"] = dict(config.env)
     config_record.pop("out_dir")
     write_json(run_dir / "run.json", {

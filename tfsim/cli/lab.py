@@ -19,6 +19,7 @@ examples:
   tfsim lab --preset matrix --out lab-results
   tfsim lab --model-fn mymodels:recommender --batch 256 --rate 400mbit,1gbit --workers 1-6 --out rec
   tfsim lab --settings matrix.toml --repeat 5
+  tfsim lab --model tiny --rate 100mbit --workers 1-4 --timeline   where the time goes at each W
 
 The task processes import --model-fn's module with the current directory and this project on
 PYTHONPATH. Each measured run's load is recorded (lab.json in its directory): a run during
@@ -46,7 +47,7 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps)")
+                           "measure_steps, warmup_steps, timeline)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -77,6 +78,10 @@ def register(sub) -> None:
                            "for the run and restored after")
     link.add_argument("--slow-start-after-idle", choices=("on", "off"),
                       help="TCP's slow start after an idle period (default: the host's)")
+    p.add_argument("--timeline", action="store_true",
+                   help="for every W, one more run captured at the PS, laid beside the simulation of that W: the "
+                        "link's busy fraction per direction in the results, timeline-w<W>.png (a few steps, "
+                        "measured above simulated) and a Perfetto trace of both (one PS only)")
     p.add_argument("--repeat", type=positive_int, default=3,
                    help="measurements per point, each on a fresh cluster (default: 3)")
     p.add_argument("--no-rerun", action="store_true",
@@ -126,6 +131,8 @@ def settings_of(args) -> tuple[str, list]:
     transport = transport_options(args)
     if transport:
         settings = [dataclasses.replace(s, **transport) for s in settings]
+    if args.timeline:
+        settings = [dataclasses.replace(s, timeline=True) for s in settings]
     if args.colocated or args.ps_cores is not None or args.worker_cores is not None:
         settings = [dataclasses.replace(s, colocated=args.colocated, ps_cores=args.ps_cores,
                                         worker_cores=args.worker_cores) for s in settings]

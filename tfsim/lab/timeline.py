@@ -61,6 +61,24 @@ def union_busy(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> tu
     return (t1 - t0) - float(all_gaps.sum()), all_gaps
 
 
+def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The union of ``[start, end)`` intervals as sorted, disjoint ``(n, 2)`` rows.
+
+    Examples
+    --------
+    >>> merged_intervals(np.array([0.0, 0.5, 0.6, 2.0]), np.array([1.0, 0.7, 1.5, 3.0])).tolist()
+    [[0.0, 1.5], [2.0, 3.0]]
+    """
+    if starts.size == 0:
+        return np.zeros((0, 2))
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum.accumulate(ends[order])
+    new_run = np.concatenate([[True], s[1:] > e[:-1]])
+    first = np.flatnonzero(new_run)
+    last = np.concatenate([first[1:] - 1, [s.size - 1]])
+    return np.column_stack([s[first], e[last]])
+
+
 def wire_summary(starts: np.ndarray, ends: np.ndarray, nbytes: np.ndarray, t0: float, t1: float,
                  gap_threshold_s: float = GAP_THRESHOLD_S) -> dict:
     busy, gaps = union_busy(starts, ends, t0, t1)
@@ -101,10 +119,12 @@ def _strip_v4(ip: str) -> str:
 
 def read_layout(run_dir: str | Path, measured_only: bool = True) -> RunLayout:
     run_dir = Path(run_dir)
+    from tfbase.errors import InputError
+
     run = json.loads((run_dir / "run.json").read_text())
     cluster = run["cluster"]
     if len(cluster["ps"]) != 1:
-        raise ValueError("the timeline handles one PS")
+        raise InputError(run_dir / "run.json", f"has {len(cluster['ps'])} PS tasks: the timeline reads a run with one")
     ps_host, _, ps_port = cluster["ps"][0].rpartition(":")
     ips, ports = [], []
     for address in cluster["worker"]:
@@ -440,8 +460,9 @@ def read_ss_samples(path: str | Path, layout: RunLayout) -> list[dict]:
 def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) -> dict:
     """Wire and tensor tables of a simulated run with a trace (``SimConfig.trace_steps``).
 
-    Returns ``{"wire": rows, "tensors": rows, "steps": (W, N) start/end arrays}``; a link is
-    busy where any worker's transfer chunk on it is being served."""
+    Returns ``{"wire": rows, "tensors": rows, "window": (t0, t1), "link_busy": {direction:
+    [[start, end], ...]}}``; a link is busy where any worker's transfer chunk on it is being
+    served."""
     from simulate.prepare import KIND_TRANSFER
     from tfprofile.dag import Resource
 
@@ -453,10 +474,11 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) ->
     is_tx = g.kind[op] == KIND_TRANSFER
     t0 = float(np.min(sim.step_start_s[:, sim.config.warmup])) if t0 is None else t0
     t1 = float(np.min(sim.step_end_s[:, -1])) if t1 is None else t1
-    wire_rows = []
+    wire_rows, link_busy = [], {}
     for resource, name in ((Resource.DOWNLINK, "down"), (Resource.UPLINK, "up")):
         m = is_tx & (res == resource)
         s, e = tr["start_s"][m], tr["end_s"][m]
+        link_busy[name] = merged_intervals(s, e).tolist()
         size = np.zeros(m.sum())
         wire_rows.append({"direction": name, "worker": "all", **wire_summary(s, e, size, t0, t1)})
         for w in range(sim.config.workers):
@@ -473,7 +495,8 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) ->
                         "response_dir": "down" if g.resource[o] == Resource.DOWNLINK else "up",
                         "step_start": start, "first_data_t": float(tr["start_s"][m].min()),
                         "last_data_t": float(tr["end_s"][m].max()), "tensor_bytes": float(g.work[0, o])})
-    return {"wire": wire_rows, "tensors": tensors, "window": (t0, t1)}
+    return {"wire": wire_rows, "tensors": tensors, "window": (t0, t1), "link_busy": link_busy}
+
 
 
 # -- comparison --------------------------------------------------------------------------------
@@ -644,6 +667,7 @@ __all__ = [
     "compare",
     "hop_table",
     "measured_timeline",
+    "merged_intervals",
     "message_table",
     "read_layout",
     "read_ss_samples",

@@ -44,7 +44,7 @@ from tfbase.fileio import atomic_output, read_input, write_json, write_text
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
 from tfbase.units import parse_rate
-from tfprofile.harness.launcher import CollectConfig
+from tfprofile.harness.launcher import CaptureSite, CollectConfig
 from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
@@ -61,7 +61,9 @@ class LabSetting:
     then its label). ``ps_cores``/``worker_cores`` are the emulated hosts' CPU quotas, and
     ``colocated`` runs every task on this machine's shared cores instead (the older lab).
     With neither, each task gets an equal share of the machine (its cores over the largest
-    cluster's task count), so that the quotas hold at every W.
+    cluster's task count), so that the quotas hold at every W. ``timeline`` adds, for every
+    W, one more run captured at the PS, laid beside the simulation of that W
+    (:func:`timeline_point`; one PS only).
     """
 
     name: str
@@ -83,6 +85,7 @@ class LabSetting:
     queue_bytes: int | None = None
     congestion_control: str | None = None
     slow_start_after_idle: bool | None = None
+    timeline: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -97,6 +100,8 @@ class LabSetting:
             if getattr(self, name) < 1:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
         self.transport()
+        if self.timeline and self.ps_tasks != 1:
+            raise UsageError("timeline", f"the timeline view reads one PS's link, not {self.ps_tasks}")
         if self.colocated and (self.ps_cores is not None or self.worker_cores is not None):
             raise UsageError("ps_cores", "co-located tasks share the machine's cores: no quotas with colocated")
         for name in ("ps_cores", "worker_cores"):
@@ -162,6 +167,9 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
     ),
 }
 
+TIMELINE_COLUMNS = ("timeline_run_eps", "busy_down_measured", "busy_down_simulated", "busy_up_measured",
+                    "busy_up_simulated", "step_median_measured_s", "step_median_simulated_s")
+BUSY_BAR = 0.05  # the timeline's bar: simulated busy fraction within 5 points of the measured one
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "transport", "hosts", "ps_cores",
                   "worker_cores",
@@ -171,22 +179,25 @@ RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "tra
                   "inside_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run",
-                  *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS))
+                  *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS)
 
 
 def _say(message: str) -> None:
     print(f"tfsim lab: {message}", file=sys.stderr, flush=True)
 
 
-def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool) -> LabRun:
+def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool,
+             capture_site: CaptureSite = CaptureSite.CHIEF_WORKER) -> LabRun:
+    profiling = capture and capture_site is CaptureSite.CHIEF_WORKER
     config = CollectConfig(
         out_dir=out, model=setting.model, model_fn=setting.model_fn, batch_size=setting.batch_size,
         image_size=setting.image_size, steps=steps, warmup_steps=setting.warmup_steps,
         # The profiling run traces every other step: the untraced ones measure what tracing costs
-        # (:func:`untraced_step_s`); measuring runs trace one step only.
-        trace_every=2 if capture else steps + 1,
+        # (:func:`untraced_step_s`); measuring runs (and timeline runs) trace one step only.
+        trace_every=2 if profiling else steps + 1,
         workers=workers, ps_tasks=setting.ps_tasks, intra_op_threads=1, inter_op_threads=1, capture=capture,
-        zero_init=True, env=setting.env, iperf_repeats=3, iperf_seconds=2.0, timeout_s=1800.0,
+        capture_site=capture_site, zero_init=True, env=setting.env, iperf_repeats=3 if profiling else 0,
+        iperf_seconds=2.0, timeout_s=1800.0,
     )
     return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True, quotas=setting.quotas(),
                           transport=setting.transport())
@@ -289,6 +300,38 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
             "throttled_s_per_run": sum(throttled) / len(throttled)}
 
 
+def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cluster, hosts: dict, *,
+                   progress: bool) -> dict:
+    """One more run with ``workers`` workers, captured at the PS, laid beside the simulation of
+    the same W (:func:`tfsim.lab.timeline_view.timeline_view`). Writes ``timeline-w<W>.png``
+    (a few steps, measured above simulated) and, in the run's directory, ``timeline.json``
+    (the tables) and ``timeline.trace.json`` (both runs, for Perfetto); the capture is deleted.
+    Returns the row's :data:`TIMELINE_COLUMNS`. The run is not one of the measured
+    repetitions: tcpdump's own CPU time would be counted against the job."""
+    from tfsim.lab.timeline_view import timeline_view
+
+    _say(f"[{setting.name}] W = {workers}: one more run, captured at the PS, for the timeline view")
+    run_dir = _collect(setting, out_dir / f"timeline-w{workers}", workers=workers, steps=setting.measure_steps,
+                       capture=True, capture_site=CaptureSite.PS, progress=progress).run_dir
+    view = timeline_view(run_dir, profile, cluster, rate_Bps=setting.rate_bit / 8, **hosts)
+    summary = view.summary()
+    write_json(run_dir / "timeline.json", {"format": "tfsim.timeline/1", **summary,
+                                           "tensors": view.comparison["tensors_side_by_side"],
+                                           "measured_wire_per_worker": view.comparison["measured"]["wire"],
+                                           "simulated_wire_per_worker": view.simulated["wire"]})
+    write_json(run_dir / "timeline.trace.json", view.chrome_trace())
+    save_figure(view.figure(), out_dir / f"timeline-w{workers}.png")
+    for capture in run_dir.glob("capture.pcap*"):
+        capture.unlink()
+    shutil.rmtree(run_dir / "trace", ignore_errors=True)
+    shutil.rmtree(run_dir / "logs", ignore_errors=True)
+    busy = view.busy_fractions()
+    return {"timeline_run_eps": measured_throughput(run_dir)["throughput_eps"],
+            **{f"busy_{d}_{side}": busy[f"{side}_{d}"] for d in ("down", "up") for side in ("measured", "simulated")},
+            "step_median_measured_s": summary["step_median_ms"]["measured"] / 1e3,
+            "step_median_simulated_s": summary["step_median_ms"]["simulated"] / 1e3}
+
+
 def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
                 repeat: int = 3, rerun_loaded: bool = True) -> list[dict]:
     """Profile, calibrate, predict and measure one setting; return its result rows."""
@@ -354,6 +397,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "reruns": point["reruns"], "throttled_s_per_run": point["throttled_s_per_run"],
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
                for m in TRANSFER_MODELS},
+            **(timeline_point(setting, out_dir, w, profile, cluster, hosts, progress=progress) if setting.timeline
+               else dict.fromkeys(TIMELINE_COLUMNS, math.nan)),
         })
     return rows
 
@@ -379,6 +424,33 @@ def _bar_lines(frame) -> list[str]:
             lines.append(f"- {setting} misses a bar: mean |error| {group['error_grpc'].abs().mean() * 100:.1f}%, "
                          f"worst {worst['error_grpc'] * 100:+.1f}% at W = {int(worst['workers'])}")
     return lines
+
+
+def _timeline_lines(frame) -> list[str]:
+    """The timeline table of results.md: the link's busy fraction per direction, measured in a
+    run captured at the PS and simulated for the same W, and the median step of each."""
+    timed = frame[frame["busy_down_measured"].notna()]
+    if timed.empty:
+        return []
+    apart = _largest_busy_difference(timed)
+    lines = ["", "## Where the time goes: the link's busy fraction, measured (capture at the PS) and simulated", "",
+             f"bar: simulated within {BUSY_BAR * 100:.0f} points of measured in each direction; largest difference "
+             f"{apart * 100:.1f} points ({'met' if apart <= BUSY_BAR else 'missed'}). Each setting's "
+             "`timeline-w<W>.png` shows a few steps of both; `timeline-w<W>/timeline.trace.json` opens in Perfetto.",
+             "", "| setting | W | capture run (ex/s) | busy down: measured | simulated | busy up: measured | simulated "
+             "| median step: measured | simulated |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in timed.iterrows():
+        lines.append(f"| {r['setting']} | {r['workers']} | {r['timeline_run_eps']:.2f} | "
+                     f"{r['busy_down_measured']:.2f} | {r['busy_down_simulated']:.2f} | {r['busy_up_measured']:.2f} | "
+                     f"{r['busy_up_simulated']:.2f} | {r['step_median_measured_s'] * 1e3:.1f} ms | "
+                     f"{r['step_median_simulated_s'] * 1e3:.1f} ms |")
+    return lines
+
+
+def _largest_busy_difference(timed) -> float:
+    """The largest |simulated - measured| busy fraction over both directions of ``timed``."""
+    return float(max((timed["busy_down_simulated"] - timed["busy_down_measured"]).abs().max(),
+                     (timed["busy_up_simulated"] - timed["busy_up_measured"]).abs().max()))
 
 
 def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s: float) -> None:
@@ -424,6 +496,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                      f"{cells} {r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} | {r['outside_load_cores']:.2f}"
                      f"{' (flagged)' if r['loaded_runs'] else ''} |")
+    lines.extend(_timeline_lines(frame))
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
 
     plt = pyplot()
