@@ -222,3 +222,38 @@ def test_a_congestion_control_is_allowed_for_the_run_and_the_list_restored():
             assert shown == [other, "0"]
             raise RuntimeError("boom")
     assert open(ALLOWED_CC).read().split() == before
+
+
+def test_throughput_counts_only_what_all_workers_do_together():
+    """A worker that speeds up once the other has finished its steps (it had the link to
+    itself) must not add that rate to the job's: the per-worker sum says 96, the rate while
+    both ran is 64."""
+    import numpy as np
+
+    from tfsim.lab.measure import window_throughput
+
+    both = np.array([[t, t + 1.0] for t in range(10)], dtype=float)  # 10 shared steps of 1 s
+    alone = np.array([[10 + 0.5 * k, 10.5 + 0.5 * k] for k in range(10)])  # then 10 of 0.5 s alone
+    steps = {0: both, 1: np.vstack([both, alone])}
+    own_half_rates = sum(32 * (len(s) - len(s) // 2) / (s[-1, 1] - s[len(s) // 2, 0]) for s in steps.values())
+    assert own_half_rates == pytest.approx(96.0)
+    result = window_throughput(steps, batch=32)
+    assert result["throughput_eps"] == pytest.approx(64.0)
+    assert result["window_s"] == pytest.approx(5.0) and result["per_worker_eps"] == pytest.approx([32.0, 32.0])
+    # workers whose measured steps never overlap have no common window
+    assert np.isnan(window_throughput({0: both, 1: alone + 1.0}, batch=32)["throughput_eps"])
+
+
+def test_measured_throughput_of_a_real_two_worker_run():
+    from pathlib import Path
+
+    from tfsim.lab.measure import measured_throughput
+
+    run = Path(__file__).resolve().parents[1] / "data" / "captures" / "tiny_100mbit_w2_ps"
+    result = measured_throughput(run)
+    assert result["rule"] == "common window" and result["workers"] == 2 and result["window_s"] > 0.3
+    # two workers that shared evenly: both rules agree, and the link (100 Mbit/s, 0.55 MB per
+    # step each way) bounds the rate
+    assert result["throughput_eps"] == pytest.approx(result["per_worker_sum_eps"], rel=0.03)
+    assert result["throughput_eps"] < 32 * 100e6 / 8 / 547_496
+    assert sum(result["per_worker_eps"]) == pytest.approx(result["throughput_eps"])

@@ -122,6 +122,12 @@ def test_timeline_view_lays_the_real_run_beside_the_simulated_one():
     assert summary["step_median_ms"]["simulated"] == pytest.approx(
         float(np.median(sim.step_end_s[:, 10:] - sim.step_start_s[:, 10:])) * 1e3)
     assert summary["tensors_most_apart"], "tiny's tensors appear in both runs"
+    import json
+
+    from tfsim.lab.validate import json_ready
+
+    for document in (summary, view.comparison["tensors_side_by_side"], view.chrome_trace()):
+        json.dumps(json_ready(document), allow_nan=False)  # what the lab writes: no NaN reaches the file
     fig = view.figure()
     assert len(fig.axes) == 2 and [t.get_text() for t in fig.axes[0].get_yticklabels()][:3] == [
         "link down", "link up", "w0 down"]

@@ -10,8 +10,9 @@ emulated cluster on this machine (:mod:`tfsim.lab.netns`):
    ``http2`` (ICPE's model) and ``fifo`` transfer models, and the coarse baselines;
    The ``grpc`` prediction is also given with every worker starting at once (lock step):
    workers that start together may stay in step, and the real job lands between the two;
-4. run the real job with W = 1..K workers and measure its throughput: each worker's
-   time-average over the last half of its steps, summed (ICPE §4.1);
+4. run the real job with W = 1..K workers and measure its throughput: the examples all
+   workers complete over the last half of the window in which every one of them runs
+   (:mod:`tfsim.lab.measure`; ICPE §4.1's per-worker sum is recorded beside it);
 5. tabulate measured against predicted, with the relative error.
 
 Every TensorFlow process runs with one intra-op and one inter-op thread (the machine has
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 import os
 import shutil
@@ -174,7 +176,7 @@ TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the de
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "transport", "hosts", "ps_cores",
                   "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
-                  "measured_ci95_eps", "measured_runs_eps",
+                  "measured_ci95_eps", "measured_runs_eps", "measured_per_worker_sum_eps", "finish_spread_s",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
                   "inside_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
@@ -269,7 +271,7 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
     """Measure the real job ``repeat`` times with ``workers`` workers, each on a fresh cluster;
     a run during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load
     the lab did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
-    runs, loads, reruns, throttled, steps = [], [], 0, [], []
+    runs, loads, reruns, throttled, steps, sums, spreads = [], [], 0, [], [], [], []
     for k in range(repeat):
         for attempt in range(2 if rerun_loaded else 1):
             measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
@@ -285,10 +287,14 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
         shutil.rmtree(measure_dir / "logs", ignore_errors=True)
         runs.append(measured["throughput_eps"])
         steps.append(measured["step_time_median_s"])
+        sums.append(measured["per_worker_sum_eps"])
+        spreads.append(measured["finish_spread_s"])
         loads.append(lab_run.load)
         throttled.append(sum(t.throttled_s for t in lab_run.tasks.values()))
         write_json(measure_dir / "lab.json", {
-            "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"],
+            "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"], "rule": measured["rule"],
+            "window_s": measured["window_s"], "per_worker_eps": measured["per_worker_eps"],
+            "per_worker_sum_eps": measured["per_worker_sum_eps"], "finish_spread_s": measured["finish_spread_s"],
             "load": {"wall_s": lab_run.load.wall_s, "machine_cores": lab_run.load.machine_cores,
                      "lab_cores": lab_run.load.lab_cores, "outside_cores": lab_run.load.outside_cores,
                      "flagged": lab_run.load.flagged},
@@ -297,7 +303,26 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
     return {"runs": runs, "stats": measurement_stats(runs), "step_s": float(sorted(steps)[len(steps) // 2]),
             "outside_load_cores": max(load.outside_cores for load in loads),
             "loaded_runs": sum(load.flagged for load in loads), "reruns": reruns,
-            "throttled_s_per_run": sum(throttled) / len(throttled)}
+            "throttled_s_per_run": sum(throttled) / len(throttled), "per_worker_sum_eps": sum(sums) / len(sums),
+            "finish_spread_s": max(spreads)}
+
+
+def json_ready(value):
+    """``value`` with every float that JSON cannot hold (NaN, ±inf: a median of no sample)
+    replaced by None, through dicts and lists.
+
+    Examples
+    --------
+    >>> json_ready({"a": [1.0, float("nan")], "b": {"c": float("inf")}})
+    {'a': [1.0, None], 'b': {'c': None}}
+    """
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cluster, hosts: dict, *,
@@ -315,18 +340,21 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
                        capture=True, capture_site=CaptureSite.PS, progress=progress).run_dir
     view = timeline_view(run_dir, profile, cluster, rate_Bps=setting.rate_bit / 8, **hosts)
     summary = view.summary()
-    write_json(run_dir / "timeline.json", {"format": "tfsim.timeline/1", **summary,
-                                           "tensors": view.comparison["tensors_side_by_side"],
-                                           "measured_wire_per_worker": view.comparison["measured"]["wire"],
-                                           "simulated_wire_per_worker": view.simulated["wire"]})
-    write_json(run_dir / "timeline.trace.json", view.chrome_trace())
+    write_json(run_dir / "timeline.json", json_ready({
+        "format": "tfsim.timeline/1", **summary, "tensors": view.comparison["tensors_side_by_side"],
+        "measured_wire_per_worker": view.comparison["measured"]["wire"],
+        "simulated_wire_per_worker": view.simulated["wire"]}))
+    # Compact, as tfsim predict --trace-out writes its traces: indented, a W = 4 trace is 26 MB.
+    write_text(run_dir / "timeline.trace.json",
+               json.dumps(json_ready(view.chrome_trace()), separators=(",", ":"), allow_nan=False))
     save_figure(view.figure(), out_dir / f"timeline-w{workers}.png")
+    throughput = measured_throughput(run_dir)["throughput_eps"]
     for capture in run_dir.glob("capture.pcap*"):
         capture.unlink()
     shutil.rmtree(run_dir / "trace", ignore_errors=True)
     shutil.rmtree(run_dir / "logs", ignore_errors=True)
     busy = view.busy_fractions()
-    return {"timeline_run_eps": measured_throughput(run_dir)["throughput_eps"],
+    return {"timeline_run_eps": throughput,
             **{f"busy_{d}_{side}": busy[f"{side}_{d}"] for d in ("down", "up") for side in ("measured", "simulated")},
             "step_median_measured_s": summary["step_median_ms"]["measured"] / 1e3,
             "step_median_simulated_s": summary["step_median_ms"]["simulated"] / 1e3}
@@ -385,6 +413,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "repeats": len(point["runs"]), "measured_eps": stats["mean"], "measured_min_eps": stats["min"],
             "measured_max_eps": stats["max"], "measured_cv": stats["cv"], "measured_ci95_eps": stats["ci95"],
             "measured_runs_eps": " ".join(f"{x:.4g}" for x in point["runs"]),
+            "measured_per_worker_sum_eps": point["per_worker_sum_eps"], "finish_spread_s": point["finish_spread_s"],
             **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
             **{f"error_{m}": predicted[m] / stats["mean"] - 1 for m in TRANSFER_MODELS},
             "inside_grpc": bool(stats["min"] <= predicted["grpc"] <= stats["max"]),
@@ -468,8 +497,10 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         "- every task (PS and workers) in its own network namespace on one bridge, links shaped with tbf, and in "
         "its own cgroup: with a CPU quota (an emulated host of that many cores) unless the setting is co-located; "
         "1 intra-op and 1 inter-op thread per task",
-        "- measured: each worker's time-average over the last half of its steps, summed (ICPE §4.1); each point "
-        "measured `repeats` times on a fresh cluster: the mean, and the range (min..max)",
+        "- measured: the examples all workers complete over the last half of the window in which every worker runs "
+        "its measured steps, per second (tfsim/lab/measure.py; ICPE §4.1's per-worker sum is in results.csv, "
+        "`measured_per_worker_sum_eps`); each point measured `repeats` times on a fresh cluster: the mean, and the "
+        "range (min..max)",
         "- predicted: tfsim's simulation of the same hosts (a host per task with its quota, or one shared host); "
         "the error is against the measured mean, and `inside` says whether the prediction lies in the range",
         f"- outside load (CPU the lab did not cause, per run): at most {frame['outside_load_cores'].max():.2f} "
