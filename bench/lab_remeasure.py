@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tfsim.lab.measure import window_throughput
+from tfsim.lab.measure import per_worker_sum, window_throughput
 
 
 def steps_of(run: Path) -> tuple[dict, int]:
@@ -30,14 +30,6 @@ def steps_of(run: Path) -> tuple[dict, int]:
                 start = float(r["start_unix_s"])
                 rows.setdefault(int(r["worker"]), []).append((int(r["step"]), start, start + float(r["wall_s"])))
     return {w: np.array([(a, b) for _, a, b in sorted(v)]) for w, v in rows.items()}, batch
-
-
-def per_worker_sum(steps: dict, batch: int) -> float:
-    total = 0.0
-    for s in steps.values():
-        half = s[len(s) // 2:]
-        total += batch * len(half) / (half[-1, 1] - half[0, 0])
-    return total
 
 
 def main(out_dir: Path) -> None:

@@ -19,6 +19,36 @@ import numpy as np
 from tfprofile.rundir import open_run_dir
 
 
+def measured_window(steps: dict[int, np.ndarray]) -> tuple[float, float]:
+    """The last half of the window in which every worker runs its measured steps: from the
+    latest first start to the earliest last end (``start >= end`` when they never overlap).
+
+    Examples
+    --------
+    >>> measured_window({0: np.array([[0.0, 1.0], [1.0, 6.0]]), 1: np.array([[2.0, 10.0]])})
+    (4.0, 6.0)
+    """
+    t0 = max(float(s[0, 0]) for s in steps.values())
+    t1 = min(float(s[-1, 1]) for s in steps.values())
+    return (t0 + t1) / 2 if t1 > t0 else t1, t1
+
+
+def per_worker_sum(steps: dict[int, np.ndarray], batch: int) -> float:
+    """ICPE §4.1's rule: each worker's batch × steps over the time of the last half of its own
+    steps, summed.
+
+    Examples
+    --------
+    >>> per_worker_sum({0: np.array([[0.0, 1.0], [1.0, 2.0]]), 1: np.array([[0.0, 0.5], [0.5, 1.0]])}, 32)
+    96.0
+    """
+    total = 0.0
+    for s in steps.values():
+        half = s[len(s) // 2:]
+        total += batch * len(half) / float(half[-1, 1] - half[0, 0])
+    return total
+
+
 def window_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
     """Examples/s over the last half of the window in which every worker runs measured steps.
 
@@ -45,11 +75,9 @@ def window_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
     >>> round(r["throughput_eps"], 6), round(r["window_s"], 6)
     (64.0, 4.75)
     """
-    t0 = max(float(s[0, 0]) for s in steps.values())
-    t1 = min(float(s[-1, 1]) for s in steps.values())
-    if not t1 > t0:
+    start, t1 = measured_window(steps)
+    if not t1 > start:
         return {"throughput_eps": float("nan"), "window_s": 0.0, "per_worker_eps": []}
-    start = (t0 + t1) / 2
     per_worker = []
     for s in steps.values():
         inside = np.clip(np.minimum(s[:, 1], t1) - np.maximum(s[:, 0], start), 0.0, None)
@@ -64,24 +92,22 @@ def measured_throughput(run_dir) -> dict:
     workers' finishing times (``finish_spread_s``: how unevenly they shared)."""
     run = open_run_dir(run_dir)
     batch = run.batch_size
-    steps, own_rates, medians, ends = {}, [], [], []
+    steps, medians, ends = {}, [], []
     for w in sorted({r["worker"] for r in run.step_times}):
         rows = sorted((r for r in run.step_times if r["worker"] == w and r["measured"]), key=lambda r: r["step"])
         if not rows:
             continue
         steps[w] = np.array([(r["start_unix_s"], r["start_unix_s"] + r["wall_s"]) for r in rows], dtype=float)
-        half = rows[len(rows) // 2:]
-        own_rates.append(batch * len(half) / (steps[w][-1, 1] - half[0]["start_unix_s"]))
-        medians.append(float(np.median([r["wall_s"] for r in half])))
+        medians.append(float(np.median([r["wall_s"] for r in rows[len(rows) // 2:]])))
         ends.append(float(steps[w][-1, 1]))
     window = window_throughput(steps, batch) if steps else {"throughput_eps": float("nan"), "window_s": 0.0,
                                                              "per_worker_eps": []}
-    per_worker_sum = float(np.sum(own_rates))
+    own_sum = per_worker_sum(steps, batch) if steps else float("nan")
     # Workers whose measured steps never all overlap (one finished before another began):
     # nothing better than the per-worker sum is left, and ``rule`` says so.
     common = bool(np.isfinite(window["throughput_eps"]))
-    return {"throughput_eps": window["throughput_eps"] if common else per_worker_sum,
+    return {"throughput_eps": window["throughput_eps"] if common else own_sum,
             "rule": "common window" if common else "per-worker sum", "window_s": window["window_s"],
-            "per_worker_eps": window["per_worker_eps"], "per_worker_sum_eps": per_worker_sum,
+            "per_worker_eps": window["per_worker_eps"], "per_worker_sum_eps": own_sum,
             "workers": len(steps), "finish_spread_s": max(ends) - min(ends) if ends else 0.0,
             "step_time_median_s": float(np.median(medians)) if medians else float("nan")}

@@ -599,15 +599,15 @@ def measured_timeline(pcap: str | Path, run_dir: str | Path, *, rate_Bps: float,
                       capture=None) -> Timeline:
     """Decode ``pcap`` (taken at the PS) against ``run_dir``; with ``samples_dir`` also read its
     ``tc.jsonl`` and ``ss.txt``. ``rate_Bps`` is the shaper's rate in bytes/s on the wire
-    (layer 2, as tbf counts). The window defaults to the last half of the measured steps of
-    every worker (the lab's throughput window)."""
+    (layer 2, as tbf counts). The window defaults to the lab's throughput window: the last
+    half of the window in which every worker runs its measured steps
+    (:func:`tfsim.lab.measure.measured_window`)."""
     from calibration.runmatch import run_server_ports
+    from tfsim.lab.measure import measured_window
 
     layout = read_layout(run_dir)
     if window is None:
-        starts = [arr[len(arr) // 2, 0] for arr in layout.steps.values()]
-        ends = [arr[-1, 1] for arr in layout.steps.values()]
-        window = (float(max(starts)), float(min(ends)))
+        window = measured_window(layout.steps)
     first_bytes = None
     if capture is None:
         capture, first_s = read_capture_with_first_bytes(pcap, run_server_ports(run_dir))
