@@ -104,3 +104,21 @@ def test_results_name_the_settings_that_miss_the_bars():
     lines = _bar_lines(frame)
     assert lines[0] == "bars (grpc model): mean |error| 9.0% (met: <= 10%); rows over 20%: 1 of 4"
     assert lines[1:] == ["- a misses a bar: mean |error| 15.0%, worst -25.0% at W = 2"]
+
+
+def test_results_json_holds_values_json_has_no_number_for(tmp_path):
+    """A setting without --timeline (its timeline columns NaN) or measured once (no CI) still
+    gets its results.json: JSON has no NaN, so those values are null."""
+    import math
+
+    from tfsim.lab.validate import RESULT_COLUMNS, TIMELINE_COLUMNS, write_results
+
+    row = dict.fromkeys(RESULT_COLUMNS, 1.0)
+    row.update(setting="s", model="tiny", transport="queue 5 ms", hosts="quota", window="default", workers=1,
+               measured_runs_eps="1", inside_grpc=True, loaded_runs=0, measured_ci95_eps=math.nan,
+               **dict.fromkeys(TIMELINE_COLUMNS, math.nan))
+    write_results([row], tmp_path, preset="quick", elapsed_s=1.0)
+    written = json.loads((tmp_path / "results.json").read_text())["rows"][0]
+    assert written["measured_ci95_eps"] is None and written["busy_down_measured"] is None
+    assert written["measured_eps"] == 1.0
+    assert "## Where the time goes" not in (tmp_path / "results.md").read_text()

@@ -124,7 +124,7 @@ def test_timeline_view_lays_the_real_run_beside_the_simulated_one():
     assert summary["tensors_most_apart"], "tiny's tensors appear in both runs"
     import json
 
-    from tfsim.lab.validate import json_ready
+    from tfbase.fileio import json_ready
 
     for document in (summary, view.comparison["tensors_side_by_side"], view.chrome_trace()):
         json.dumps(json_ready(document), allow_nan=False)  # what the lab writes: no NaN reaches the file

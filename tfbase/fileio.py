@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import stat
@@ -368,6 +369,24 @@ def read_input(path: str | os.PathLike, *, limit: int, error: type[InputError] =
     if len(data) > limit:
         raise error(path, f"expands to more than {limit:,} bytes, more than a {what} may be")
     return data
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` with every float that JSON cannot hold (NaN, ±inf: a median of no sample)
+    replaced by None, through dicts and lists.
+
+    Examples
+    --------
+    >>> json_ready({"a": [1.0, float("nan")], "b": {"c": float("inf")}})
+    {'a': [1.0, None], 'b': {'c': None}}
+    """
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def json_text(obj: Any) -> str:

@@ -42,7 +42,7 @@ from simulate.sweep import parse_workers, predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
 from tfbase.figures import pyplot, save_figure
-from tfbase.fileio import atomic_output, read_input, write_json, write_text
+from tfbase.fileio import atomic_output, json_ready, read_input, write_json, write_text
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
 from tfbase.units import parse_rate
@@ -307,24 +307,6 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
             "finish_spread_s": max(spreads)}
 
 
-def json_ready(value):
-    """``value`` with every float that JSON cannot hold (NaN, ±inf: a median of no sample)
-    replaced by None, through dicts and lists.
-
-    Examples
-    --------
-    >>> json_ready({"a": [1.0, float("nan")], "b": {"c": float("inf")}})
-    {'a': [1.0, None], 'b': {'c': None}}
-    """
-    if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cluster, hosts: dict, *,
                    progress: bool) -> dict:
     """One more run with ``workers`` workers, captured at the PS, laid beside the simulation of
@@ -552,7 +534,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         fig.tight_layout()
         save_figure(fig, out_dir / f"{setting}.png")
     write_json(out_dir / "results.json", {"format": "tfsim.lab/2", "preset": preset, "machine": machine_text(),
-                                          "rows": frame.to_dict(orient="records")})
+                                          "rows": json_ready(frame.to_dict(orient="records"))})
 
 
 def check_model_fn(model_fn: str) -> None:
