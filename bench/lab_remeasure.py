@@ -11,25 +11,12 @@ range of each beside the ``grpc`` prediction, with its error against each.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from tfsim.lab.measure import per_worker_sum, window_throughput
-
-
-def steps_of(run: Path) -> tuple[dict, int]:
-    """Per worker, the (n, 2) start/end array of the run's measured steps; and the batch."""
-    batch = int(json.loads((run / "run.json").read_text())["batch_size"])
-    rows: dict[int, list] = {}
-    with open(run / "step_times.csv", newline="") as handle:
-        for r in csv.DictReader(handle):
-            if r["measured"] == "1":
-                start = float(r["start_unix_s"])
-                rows.setdefault(int(r["worker"]), []).append((int(r["step"]), start, start + float(r["wall_s"])))
-    return {w: np.array([(a, b) for _, a, b in sorted(v)]) for w, v in rows.items()}, batch
+from tfsim.lab.measure import per_worker_sum, read_step_spans, window_throughput
 
 
 def main(out_dir: Path) -> None:
@@ -42,7 +29,7 @@ def main(out_dir: Path) -> None:
         w = int(row["workers"])
         old, new, spread = [], [], []
         for run in sorted((out_dir / row["setting"]).glob(f"measure-w{w}-r*")):
-            steps, batch = steps_of(run)
+            steps, batch = read_step_spans(run)
             old.append(per_worker_sum(steps, batch))
             new.append(window_throughput(steps, batch)["throughput_eps"])
             ends = [s[-1, 1] for s in steps.values()]

@@ -221,10 +221,10 @@ def collect(
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
     if config.capture:
-        require_tools("tcpdump", *(("iperf3",) if config.iperf_repeats else ()))
+        tools = ("tcpdump", "iperf3") if config.iperf_repeats else ("tcpdump",)
+        require_tools(*tools)
         require_root("collect --capture")
-        tools = "tcpdump and iperf3" if config.iperf_repeats else "tcpdump"
-        print(f"tfsim: collect --capture runs {tools} as root", file=sys.stderr, flush=True)
+        print(f"tfsim: collect --capture runs {' and '.join(tools)} as root", file=sys.stderr, flush=True)
     ntasks = config.ps_tasks + config.workers
     hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
     prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
@@ -343,8 +343,8 @@ def collect(
             tcpdump = None
             (partial / "capture.tcpdump.log").unlink(missing_ok=True)
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
-                              "host": "ps0" if capture_k == 0 else "worker0", "filter": capture_filter(ports),
-                              **counts}
+                              "host": "ps0" if config.capture_site is CaptureSite.PS else "worker0",
+                              "filter": capture_filter(ports), **counts}
         _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record)
         if out.exists():
             shutil.rmtree(out)

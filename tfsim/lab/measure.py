@@ -14,9 +14,30 @@ by the part of it inside.
 
 from __future__ import annotations
 
+import csv
+import json
+from pathlib import Path
+
 import numpy as np
 
 from tfprofile.rundir import open_run_dir
+
+
+def read_step_spans(run_dir: str | Path, measured_only: bool = True) -> tuple[dict[int, np.ndarray], int]:
+    """Per worker, the (n, 2) start/end times (unix s) of its steps in step order, from the run
+    directory's ``step_times.csv`` (its measured steps only, by default); and the batch size
+    from ``run.json``. Unlike :func:`~tfprofile.rundir.open_run_dir` it needs no trace: the lab
+    deletes a measuring run's traced step once it is measured."""
+    run_dir = Path(run_dir)
+    batch = int(json.loads((run_dir / "run.json").read_text())["batch_size"])
+    rows: dict[int, list] = {}
+    with open(run_dir / "step_times.csv", newline="") as handle:
+        for r in csv.DictReader(handle):
+            if measured_only and r["measured"] != "1":
+                continue
+            start = float(r["start_unix_s"])
+            rows.setdefault(int(r["worker"]), []).append((int(r["step"]), start, start + float(r["wall_s"])))
+    return {w: np.array([(a, b) for _, a, b in sorted(v)]) for w, v in rows.items()}, batch
 
 
 def measured_window(steps: dict[int, np.ndarray]) -> tuple[float, float]:

@@ -29,7 +29,6 @@ Times are seconds since the epoch (measured) or since the simulated run's start.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import re
@@ -38,28 +37,13 @@ from pathlib import Path
 
 import numpy as np
 
+from tfbase.errors import InputError
+from tfsim.lab.measure import measured_window, read_step_spans
+
 GAP_THRESHOLD_S = 0.002
 
 
 # -- intervals --------------------------------------------------------------------------------
-
-def union_busy(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> tuple[float, np.ndarray]:
-    """Busy time of the union of [start, end) intervals inside [t0, t1], and the idle gaps (s)."""
-    order = np.argsort(starts, kind="stable")
-    s, e = np.clip(starts[order], t0, t1), np.clip(ends[order], t0, t1)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    if s.size == 0:
-        return 0.0, np.array([t1 - t0])
-    run_end = np.maximum.accumulate(e)
-    gaps_start = run_end[:-1]
-    gaps = s[1:] - gaps_start
-    gaps = gaps[gaps > 0]
-    edges = [s[0] - t0] if s[0] > t0 else []
-    tail = [t1 - run_end[-1]] if run_end[-1] < t1 else []
-    all_gaps = np.concatenate([edges, gaps, tail])
-    return (t1 - t0) - float(all_gaps.sum()), all_gaps
-
 
 def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The union of ``[start, end)`` intervals as sorted, disjoint ``(n, 2)`` rows.
@@ -77,6 +61,18 @@ def merged_intervals(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     first = np.flatnonzero(new_run)
     last = np.concatenate([first[1:] - 1, [s.size - 1]])
     return np.column_stack([s[first], e[last]])
+
+
+def union_busy(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> tuple[float, np.ndarray]:
+    """Busy time of the union of [start, end) intervals inside [t0, t1], and the idle gaps (s)."""
+    runs = merged_intervals(np.clip(starts, t0, t1), np.clip(ends, t0, t1))
+    runs = runs[runs[:, 1] > runs[:, 0]]
+    if runs.size == 0:
+        return 0.0, np.array([t1 - t0])
+    idle_from = np.concatenate([[t0], runs[:, 1]])  # t0, and each run's end ...
+    idle_to = np.concatenate([runs[:, 0], [t1]])  # ... to the next run's start, and t1
+    gaps = idle_to - idle_from
+    return float((runs[:, 1] - runs[:, 0]).sum()), gaps[gaps > 0]
 
 
 def wire_summary(starts: np.ndarray, ends: np.ndarray, nbytes: np.ndarray, t0: float, t1: float,
@@ -119,8 +115,6 @@ def _strip_v4(ip: str) -> str:
 
 def read_layout(run_dir: str | Path, measured_only: bool = True) -> RunLayout:
     run_dir = Path(run_dir)
-    from tfbase.errors import InputError
-
     run = json.loads((run_dir / "run.json").read_text())
     cluster = run["cluster"]
     if len(cluster["ps"]) != 1:
@@ -131,15 +125,8 @@ def read_layout(run_dir: str | Path, measured_only: bool = True) -> RunLayout:
         host, _, port = address.rpartition(":")
         ips.append(host.strip("[]"))
         ports.append(int(port))
-    steps: dict[int, list] = {}
-    with open(run_dir / "step_times.csv", newline="") as handle:
-        for r in csv.DictReader(handle):
-            if measured_only and r["measured"] != "1":
-                continue
-            start = float(r["start_unix_s"])
-            steps.setdefault(int(r["worker"]), []).append((int(r["step"]), start, start + float(r["wall_s"])))
-    arrays = {w: np.array([(a, b) for _, a, b in sorted(v)]) for w, v in steps.items()}
-    return RunLayout(ps_host.strip("[]"), int(ps_port), tuple(ips), tuple(ports), arrays, int(run["batch_size"]))
+    steps, batch = read_step_spans(run_dir, measured_only)
+    return RunLayout(ps_host.strip("[]"), int(ps_port), tuple(ips), tuple(ports), steps, batch)
 
 
 # -- measured: wire ---------------------------------------------------------------------------
@@ -498,7 +485,6 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) ->
     return {"wire": wire_rows, "tensors": tensors, "window": (t0, t1), "link_busy": link_busy}
 
 
-
 # -- comparison --------------------------------------------------------------------------------
 
 def tensor_offsets(rows: list[dict], min_bytes: int = 0, t0: float = -np.inf, t1: float = np.inf) -> dict:
@@ -603,8 +589,6 @@ def measured_timeline(pcap: str | Path, run_dir: str | Path, *, rate_Bps: float,
     half of the window in which every worker runs its measured steps
     (:func:`tfsim.lab.measure.measured_window`)."""
     from calibration.runmatch import run_server_ports
-    from tfsim.lab.measure import measured_window
-
     layout = read_layout(run_dir)
     if window is None:
         window = measured_window(layout.steps)
