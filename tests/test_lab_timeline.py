@@ -136,3 +136,39 @@ def test_timeline_view_lays_the_real_run_beside_the_simulated_one():
     assert {"measured worker 0", "measured worker 1", "simulated worker 0", "simulated worker 1"} <= names
     measured_tensors = [e for e in trace["traceEvents"] if e.get("cat") == "transfer" and e["pid"] < 1000]
     assert len(measured_tensors) == sum(1 for m in view.measured.messages if m["rpc"] == "RecvTensor")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_used_fraction_counts_the_tensors_moved_on_both_sides():
+    """The used fraction is payload over the link's sustained rate, counted alike in the
+    capture (TCP payload of the packets) and in the simulation (transfer chunks): each must
+    match the tensors that finished in the window (decoded gRPC responses; simulated
+    transfers) over the capacity, give or take the tensors the window's ends cut. The busy
+    fraction of the same capture reads lower (GSO packets captured with one header, merged
+    packets overlapping)."""
+    import dataclasses
+
+    from simulate.cluster_file import load_cluster
+    from tfprofile.profile_io import load_profile
+    from tfsim.lab.timeline_view import sustained_capacity_Bps, timeline_view
+
+    profile = load_profile(DATA / "profiles" / "tiny.npz")
+    payload_Bps = W2_RATE_BPS * 1448 / 1514
+    cluster = dataclasses.replace(load_cluster(DATA / "clusters" / "lab-1gbit.json"), downlink_Bps=payload_Bps,
+                                  uplink_Bps=payload_Bps, bucket_downlink=None, bucket_uplink=None)
+    assert sustained_capacity_Bps(cluster) == {"down": payload_Bps, "up": payload_Bps}
+    view = timeline_view(W2_RUN, profile, cluster, rate_Bps=W2_RATE_BPS, cores=2.0, steps=20)
+    used, busy = view.used_fractions(), view.busy_fractions()
+
+    def tensors_used(rows, window, direction):
+        t0, t1 = window
+        moved = sum(r["tensor_bytes"] or 0 for r in rows
+                    if r["response_dir"] == direction and r["last_data_t"] is not None and t0 <= r["last_data_t"] < t1)
+        return moved / (t1 - t0) / payload_Bps
+
+    measured_rows = [m for m in view.measured.messages if m["rpc"] == "RecvTensor"]
+    for d in ("down", "up"):
+        assert used[f"measured_{d}"] == pytest.approx(tensors_used(measured_rows, view.measured.window, d), rel=0.06)
+        assert used[f"simulated_{d}"] == pytest.approx(
+            tensors_used(view.simulated["tensors"], view.simulated["window"], d), rel=0.06)
+        assert busy[f"measured_{d}"] < used[f"measured_{d}"] - 0.05

@@ -5,9 +5,15 @@ the run directory (``step_times.csv``, ``run.json``'s addresses) and, optionally
 samples of tc's queues and of ``ss -tin`` taken during the run become per-direction and
 per-worker tables:
 
-- **wire**: the link's busy fraction per direction (each packet occupies ``bytes / rate``
-  after it leaves the shaper, as the capture at the PS sees it), the idle gaps (sum of the
-  gaps longer than 2 ms as a fraction of the window, median and p90 gap), bytes/s;
+- **wire**: per direction, the link's **used fraction** (TCP payload moved in the window over
+  what the link sustains, :func:`used_fraction`), its busy fraction (each packet occupies
+  ``bytes / rate`` after it leaves the shaper, as the capture at the PS sees it), the idle
+  gaps (sum of the gaps longer than 2 ms as a fraction of the window, median and p90 gap),
+  bytes/s. The busy fraction reads low on a loaded link: a packet the sender's stack
+  segments (GSO) is captured once with one set of headers, and packets the receiver's stack
+  merges (GRO) are stamped when merged, so their intervals overlap and the union loses time
+  that the shaper did spend. The used fraction has neither problem and is what a simulation
+  reports the same way;
 - **messages**: every gRPC stream of the job (RunGraph, RecvTensor, ...), with the worker
   it belongs to, the step (by time, from ``step_times.csv``), the direction of its request
   and response, the request HEADERS time, the response HEADERS, first and last DATA times,
@@ -161,17 +167,41 @@ def read_wire(pcap: str | Path, layout: RunLayout) -> dict[str, np.ndarray]:
             "payload": np.array(payload, dtype=np.int64)}
 
 
-def wire_tables(wire: dict, rate_Bps: float, t0: float, t1: float) -> list[dict]:
-    """Per direction (and per worker): busy fraction, gaps, bytes/s on the wire.
+def used_fraction(payload_bytes_per_s: float, capacity_Bps: float | None) -> float:
+    """The share of what a link sustains that a direction used: TCP payload per second over
+    the link's sustained payload rate (its iperf3 rate, or a calibrated token bucket's).
+    Measured and simulated runs count it the same way (tensor bytes; the few hundred bytes of
+    framing and RPC messages per tensor aside), so it compares the two where the busy
+    fraction cannot (module docstring). NaN without a capacity.
+
+    Examples
+    --------
+    >>> used_fraction(24e6, 48e6)
+    0.5
+    """
+    if capacity_Bps is None or not capacity_Bps > 0:
+        return float("nan")
+    return float(payload_bytes_per_s / capacity_Bps)
+
+
+def wire_tables(wire: dict, rate_Bps: float, t0: float, t1: float,
+                capacity_Bps: dict[str, float] | None = None) -> list[dict]:
+    """Per direction (and per worker): used fraction, busy fraction, gaps, bytes/s on the wire.
 
     A packet seen at the PS leaves (down) or has left (up) the shaper at its capture time and
     occupies the link for ``bytes / rate_Bps`` from then: the link is busy where those
-    intervals cover time."""
+    intervals cover time. ``capacity_Bps`` (``{"down": .., "up": ..}``, payload bytes/s the
+    link sustains) gives the used fraction (:func:`used_fraction`)."""
     rows = []
+    span = t1 - t0
     for d, name in ((0, "down"), (1, "up")):
         m = wire["dir"] == d
         t, b = wire["t"][m], wire["bytes"][m]
-        rows.append({"direction": name, "worker": "all", **wire_summary(t, t + b / rate_Bps, b, t0, t1)})
+        inside = (t >= t0) & (t < t1)
+        payload_per_s = float(wire["payload"][m][inside].sum() / span) if span > 0 else float("nan")
+        rows.append({"direction": name, "worker": "all", **wire_summary(t, t + b / rate_Bps, b, t0, t1),
+                     "payload_bytes_per_s": payload_per_s,
+                     "used_fraction": used_fraction(payload_per_s, (capacity_Bps or {}).get(name))})
         for w in sorted(set(wire["worker"][m].tolist())):
             mw = wire["worker"][m] == w
             s = wire_summary(t[mw], t[mw] + b[mw] / rate_Bps, b[mw], t0, t1)
@@ -444,12 +474,16 @@ def read_ss_samples(path: str | Path, layout: RunLayout) -> list[dict]:
 
 # -- simulated ---------------------------------------------------------------------------------
 
-def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) -> dict:
+def simulated_timeline(sim, t0: float | None = None, t1: float | None = None,
+                       capacity_Bps: dict[str, float] | None = None) -> dict:
     """Wire and tensor tables of a simulated run with a trace (``SimConfig.trace_steps``).
 
     Returns ``{"wire": rows, "tensors": rows, "window": (t0, t1), "link_busy": {direction:
     [[start, end], ...]}}``; a link is busy where any worker's transfer chunk on it is being
-    served."""
+    served, at whatever rate. The bytes a direction moved in the window (its
+    ``payload_bytes_per_s``, and with ``capacity_Bps`` its used fraction, as
+    :func:`wire_tables` counts them) spread each transfer's bytes evenly over the time its
+    chunks were in service: the trace keeps chunks' times, not their bytes."""
     from simulate.prepare import KIND_TRANSFER
     from tfprofile.dag import Resource
 
@@ -467,7 +501,10 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) ->
         s, e = tr["start_s"][m], tr["end_s"][m]
         link_busy[name] = merged_intervals(s, e).tolist()
         size = np.zeros(m.sum())
-        wire_rows.append({"direction": name, "worker": "all", **wire_summary(s, e, size, t0, t1)})
+        payload_per_s = _bytes_in_window(tr, g, m, t0, t1) / (t1 - t0) if t1 > t0 else float("nan")
+        wire_rows.append({"direction": name, "worker": "all", **wire_summary(s, e, size, t0, t1),
+                          "payload_bytes_per_s": payload_per_s,
+                          "used_fraction": used_fraction(payload_per_s, (capacity_Bps or {}).get(name))})
         for w in range(sim.config.workers):
             mw = tr["worker"][m] == w
             busy, _ = union_busy(s[mw], e[mw], t0, t1)
@@ -483,6 +520,18 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None) ->
                         "step_start": start, "first_data_t": float(tr["start_s"][m].min()),
                         "last_data_t": float(tr["end_s"][m].max()), "tensor_bytes": float(g.work[0, o])})
     return {"wire": wire_rows, "tensors": tensors, "window": (t0, t1), "link_busy": link_busy}
+
+
+def _bytes_in_window(trace: dict, graph, rows: np.ndarray, t0: float, t1: float) -> float:
+    """Bytes the traced transfer chunks selected by ``rows`` moved within ``[t0, t1)``: each
+    transfer's bytes (the same in every step) spread evenly over its chunks' service time."""
+    op, s, e = trace["op"][rows], trace["start_s"][rows], trace["end_s"][rows]
+    key = trace["worker"][rows].astype(np.int64) * 10**9 + trace["step"][rows].astype(np.int64) * 10**4 + op
+    _, instance = np.unique(key, return_inverse=True)
+    service = np.bincount(instance, weights=e - s)
+    inside = np.clip(np.minimum(e, t1) - np.maximum(s, t0), 0.0, None)
+    share = np.divide(inside, service[instance], out=np.zeros_like(inside), where=service[instance] > 0)
+    return float(np.sum(share * graph.work[0, op]))
 
 
 # -- comparison --------------------------------------------------------------------------------
@@ -522,9 +571,10 @@ class Timeline:
     backlog: BacklogSeries | None
     ss: list[dict]
 
-    def tables(self) -> dict:
+    def tables(self, capacity_Bps: dict[str, float] | None = None) -> dict:
+        """The measured tables over the window; ``capacity_Bps`` as :func:`wire_tables`."""
         t0, t1 = self.window
-        out = {"wire": wire_tables(self.wire, self.rate_Bps, t0, t1),
+        out = {"wire": wire_tables(self.wire, self.rate_Bps, t0, t1, capacity_Bps),
                "tensors": tensor_offsets([m for m in self.messages if m["rpc"] == "RecvTensor"], t0=t0, t1=t1),
                "hops": hop_summary([h for h in self.hops if t0 <= h["start_t"] <= t1])}
         if self.backlog is not None:
@@ -609,10 +659,11 @@ def measured_timeline(pcap: str | Path, run_dir: str | Path, *, rate_Bps: float,
     return Timeline(layout, window, rate_Bps, wire, messages, hops, backlog, ss or [])
 
 
-def compare(measured: Timeline, simulated: dict | None) -> dict:
-    """Measured and simulated tables side by side: wire (busy, gaps) per direction, and the
-    tensors' first/last byte offsets from the step start."""
-    m = measured.tables()
+def compare(measured: Timeline, simulated: dict | None, capacity_Bps: dict[str, float] | None = None) -> dict:
+    """Measured and simulated tables side by side: wire (used and busy fractions, gaps) per
+    direction, and the tensors' first/last byte offsets from the step start. ``capacity_Bps``
+    as :func:`wire_tables`: give the simulated side the same (:func:`simulated_timeline`)."""
+    m = measured.tables(capacity_Bps)
     def keyed(t):
         return {f"{k[0]}|{k[1]}": v for k, v in t.items()}
 
@@ -634,10 +685,9 @@ def compare(measured: Timeline, simulated: dict | None) -> dict:
     for d in ("down", "up"):
         a = next(r for r in m["wire"] if r["direction"] == d and r["worker"] == "all")
         b = next(r for r in simulated["wire"] if r["direction"] == d and r["worker"] == "all")
-        wire_rows.append({"direction": d, **{f"measured_{k}": a[k] for k in ("busy_fraction", "gaps_over_2ms_fraction",
-                                                                           "gap_median_ms", "gap_p90_ms")},
-                          **{f"simulated_{k}": b[k] for k in ("busy_fraction", "gaps_over_2ms_fraction",
-                                                             "gap_median_ms", "gap_p90_ms")}})
+        keys = ("used_fraction", "busy_fraction", "gaps_over_2ms_fraction", "gap_median_ms", "gap_p90_ms")
+        wire_rows.append({"direction": d, **{f"measured_{k}": a[k] for k in keys},
+                          **{f"simulated_{k}": b[k] for k in keys}})
     out["wire_side_by_side"] = wire_rows
     return out
 
@@ -659,6 +709,7 @@ __all__ = [
     "read_wire",
     "simulated_timeline",
     "union_busy",
+    "used_fraction",
     "wire_summary",
     "wire_tables",
 ]

@@ -1,12 +1,13 @@
-"""A W-worker run's measured timeline beside tfsim's simulation of the same W (docs/lab.md §5).
+"""A W-worker run's measured timeline beside tfsim's simulation of the same W (docs/formats.md §10.1).
 
 :func:`timeline_view` decodes a capture taken at the PS during a real run
 (:mod:`tfsim.lab.timeline`), simulates the same job, cluster, hosts and W with a trace, and
 puts the two side by side over the same part of the run (the last half of the steps, where
 the lab measures throughput):
 
-- :meth:`TimelineView.summary`: per direction, the link's busy fraction and its idle gaps,
-  measured and simulated; the median step; the tensors whose first or last byte moves most;
+- :meth:`TimelineView.summary`: per direction, the share of the link's sustained rate used,
+  its busy fraction and its idle gaps, measured and simulated; the median step; the tensors
+  whose first or last byte moves most;
 - :meth:`TimelineView.figure`: a few steps, measured above simulated, one lane per worker and
   direction (its tensors, first to last byte) and one per direction for the link;
 - :meth:`TimelineView.chrome_trace`: both in one Chrome trace JSON (Perfetto), the measured
@@ -52,8 +53,18 @@ class TimelineView:
         return len(self.measured.layout.worker_ips)
 
     def busy_fractions(self) -> dict[str, float]:
-        """``{"measured_down": .., "simulated_down": .., "measured_up": .., "simulated_up": ..}``."""
-        return {f"{side}_{row['direction']}": float(row[f"{side}_busy_fraction"])
+        """``{"measured_down": .., "simulated_down": .., "measured_up": .., "simulated_up": ..}``:
+        the time a transfer was on the link (a low reading on a loaded measured link:
+        :mod:`tfsim.lab.timeline`)."""
+        return self._fractions("busy_fraction")
+
+    def used_fractions(self) -> dict[str, float]:
+        """As :meth:`busy_fractions`, for the share of the link's sustained rate used: the
+        fraction the two runs count alike (:func:`tfsim.lab.timeline.used_fraction`)."""
+        return self._fractions("used_fraction")
+
+    def _fractions(self, key: str) -> dict[str, float]:
+        return {f"{side}_{row['direction']}": float(row[f"{side}_{key}"])
                 for row in self.comparison["wire_side_by_side"] for side in ("measured", "simulated")}
 
     def summary(self) -> dict:
@@ -226,5 +237,16 @@ def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cor
                      colocation=colocation, steps=steps, seed=seed)
     half = steps // 2
     window = (float(np.max(sim.step_start_s[:, half])), float(np.min(sim.step_end_s[:, -1])))
-    simulated = simulated_timeline(sim, *window)
-    return TimelineView(measured, sim, simulated, compare(measured, simulated))
+    capacity = sustained_capacity_Bps(cluster)
+    simulated = simulated_timeline(sim, *window, capacity_Bps=capacity)
+    return TimelineView(measured, sim, simulated, compare(measured, simulated, capacity))
+
+
+def sustained_capacity_Bps(cluster) -> dict[str, float]:
+    """Payload bytes/s each direction of the cluster's PS link sustains under load: a
+    calibrated token bucket's sustained rate, else the bandwidth (docs/model.md §4.4)."""
+    out = {}
+    for name, bucket, peak in (("down", cluster.bucket_downlink, cluster.downlink_Bps),
+                               ("up", cluster.bucket_uplink, cluster.uplink_Bps)):
+        out[name] = float(bucket.sustained_Bps if bucket is not None else peak)
+    return out

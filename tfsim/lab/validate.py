@@ -169,9 +169,10 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
     ),
 }
 
-TIMELINE_COLUMNS = ("timeline_run_eps", "busy_down_measured", "busy_down_simulated", "busy_up_measured",
+TIMELINE_COLUMNS = ("timeline_run_eps", "used_down_measured", "used_down_simulated", "used_up_measured",
+                    "used_up_simulated", "busy_down_measured", "busy_down_simulated", "busy_up_measured",
                     "busy_up_simulated", "step_median_measured_s", "step_median_simulated_s")
-BUSY_BAR = 0.05  # the timeline's bar: simulated busy fraction within 5 points of the measured one
+USED_BAR = 0.05  # the timeline's bar: simulated used fraction of the link within 5 points of the measured one
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "transport", "hosts", "ps_cores",
                   "worker_cores",
@@ -335,9 +336,10 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
         capture.unlink()
     shutil.rmtree(run_dir / "trace", ignore_errors=True)
     shutil.rmtree(run_dir / "logs", ignore_errors=True)
-    busy = view.busy_fractions()
+    fractions = {"used": view.used_fractions(), "busy": view.busy_fractions()}
     return {"timeline_run_eps": throughput,
-            **{f"busy_{d}_{side}": busy[f"{side}_{d}"] for d in ("down", "up") for side in ("measured", "simulated")},
+            **{f"{kind}_{d}_{side}": values[f"{side}_{d}"] for kind, values in fractions.items()
+               for d in ("down", "up") for side in ("measured", "simulated")},
             "step_median_measured_s": summary["step_median_ms"]["measured"] / 1e3,
             "step_median_simulated_s": summary["step_median_ms"]["simulated"] / 1e3}
 
@@ -438,30 +440,35 @@ def _bar_lines(frame) -> list[str]:
 
 
 def _timeline_lines(frame) -> list[str]:
-    """The timeline table of results.md: the link's busy fraction per direction, measured in a
-    run captured at the PS and simulated for the same W, and the median step of each."""
-    timed = frame[frame["busy_down_measured"].notna()]
+    """The timeline table of results.md: per direction, the share of the link's sustained rate
+    used and the busy fraction, measured in a run captured at the PS and simulated for the
+    same W, and the median step of each."""
+    timed = frame[frame["used_down_measured"].notna()]
     if timed.empty:
         return []
-    apart = _largest_busy_difference(timed)
-    lines = ["", "## Where the time goes: the link's busy fraction, measured (capture at the PS) and simulated", "",
-             f"bar: simulated within {BUSY_BAR * 100:.0f} points of measured in each direction; largest difference "
-             f"{apart * 100:.1f} points ({'met' if apart <= BUSY_BAR else 'missed'}). Each setting's "
-             "`timeline-w<W>.png` shows a few steps of both; `timeline-w<W>/timeline.trace.json` opens in Perfetto.",
-             "", "| setting | W | capture run (ex/s) | busy down: measured | simulated | busy up: measured | simulated "
-             "| median step: measured | simulated |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    apart = _largest_used_difference(timed)
+    lines = ["", "## Where the time goes: the link, measured (capture at the PS) and simulated", "",
+             "used: payload moved over what the link sustains (the same count on both sides); busy: the time a "
+             "transfer was on the link (the measured value reads low on a loaded link: GSO/GRO packets overlap). "
+             f"Bar: simulated used fraction within {USED_BAR * 100:.0f} points of measured in each direction; "
+             f"largest difference {apart * 100:.1f} points ({'met' if apart <= USED_BAR else 'missed'}). Each "
+             "setting's `timeline-w<W>.png` shows a few steps of both; `timeline-w<W>/timeline.trace.json` opens "
+             "in Perfetto.",
+             "", "| setting | W | capture run (ex/s) | used down: measured | simulated | used up: measured | simulated "
+             "| busy down: measured | simulated | busy up: measured | simulated | median step: measured | simulated |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in timed.iterrows():
-        lines.append(f"| {r['setting']} | {r['workers']} | {r['timeline_run_eps']:.2f} | "
-                     f"{r['busy_down_measured']:.2f} | {r['busy_down_simulated']:.2f} | {r['busy_up_measured']:.2f} | "
-                     f"{r['busy_up_simulated']:.2f} | {r['step_median_measured_s'] * 1e3:.1f} ms | "
-                     f"{r['step_median_simulated_s'] * 1e3:.1f} ms |")
+        cells = " | ".join(f"{r[f'{kind}_{d}_{side}']:.2f}" for kind in ("used", "busy") for d in ("down", "up")
+                           for side in ("measured", "simulated"))
+        lines.append(f"| {r['setting']} | {r['workers']} | {r['timeline_run_eps']:.2f} | {cells} | "
+                     f"{r['step_median_measured_s'] * 1e3:.1f} ms | {r['step_median_simulated_s'] * 1e3:.1f} ms |")
     return lines
 
 
-def _largest_busy_difference(timed) -> float:
-    """The largest |simulated - measured| busy fraction over both directions of ``timed``."""
-    return float(max((timed["busy_down_simulated"] - timed["busy_down_measured"]).abs().max(),
-                     (timed["busy_up_simulated"] - timed["busy_up_measured"]).abs().max()))
+def _largest_used_difference(timed) -> float:
+    """The largest |simulated - measured| used fraction over both directions of ``timed``."""
+    return float(max((timed["used_down_simulated"] - timed["used_down_measured"]).abs().max(),
+                     (timed["used_up_simulated"] - timed["used_up_measured"]).abs().max()))
 
 
 def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s: float) -> None:
