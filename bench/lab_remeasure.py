@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tfsim.lab.measure import per_worker_sum, read_step_spans, window_throughput
+from tfsim.lab.measure import read_step_spans, spans_throughput
 
 
 def main(out_dir: Path) -> None:
@@ -29,11 +29,10 @@ def main(out_dir: Path) -> None:
         w = int(row["workers"])
         old, new, spread = [], [], []
         for run in sorted((out_dir / row["setting"]).glob(f"measure-w{w}-r*")):
-            steps, batch = read_step_spans(run)
-            old.append(per_worker_sum(steps, batch))
-            new.append(window_throughput(steps, batch)["throughput_eps"])
-            ends = [s[-1, 1] for s in steps.values()]
-            spread.append(max(ends) - min(ends))
+            measured = spans_throughput(*read_step_spans(run))
+            old.append(measured["per_worker_sum_eps"])
+            new.append(measured["throughput_eps"])
+            spread.append(measured["finish_spread_s"])
         predicted = float(row["predicted_grpc_eps"])
         print(f"| {row['setting']} | {w} | {np.mean(old):.0f} ({min(old):.0f}..{max(old):.0f}) | "
               f"{predicted / np.mean(old) - 1:+.1%} | {np.mean(new):.0f} ({min(new):.0f}..{max(new):.0f}) | "

@@ -5,7 +5,7 @@ measurements: ``python bench/lab_variants.py SETTING_DIR [--workers 1-6] [--step
 SETTING_DIR is a lab setting's directory with ``profile.npz`` (the profile the lab predicted
 from, one-worker correction applied), ``CLUSTER.json`` and its ``measure-w<W>-r<k>`` runs,
 whose throughput is recomputed with the lab's rule (the common window,
-:func:`tfsim.lab.measure.window_throughput`; the mean over repetitions). The
+:func:`tfsim.lab.measure.spans_throughput`; the mean over repetitions). The
 hosts are the lab's emulated ones (a host per task of max(1, quota) model cores,
 docs/model.md §4.3). Variants, each with seeds 0..``--seeds``-1:
 
@@ -37,7 +37,7 @@ from simulate.cluster_file import load_cluster  # noqa: E402
 from simulate.config import TaskHosts  # noqa: E402
 from simulate.prepare import KIND_TRANSFER, prepare  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
-from tfsim.lab.measure import read_step_spans, window_throughput  # noqa: E402
+from tfsim.lab.measure import read_step_spans, spans_throughput  # noqa: E402
 
 NOISY_COPIES = 8  # noisy copies of each profiled step: the sampler draws among S x 8 steps
 NOISE_SEED = 12345
@@ -61,8 +61,7 @@ def measured(setting: Path) -> dict[int, float]:
     runs: dict[int, list[float]] = {}
     for run in sorted(setting.glob("measure-w*-r*")):
         w = int(run.name.split("-")[1][1:])
-        steps, batch = read_step_spans(run)
-        runs.setdefault(w, []).append(window_throughput(steps, batch)["throughput_eps"])
+        runs.setdefault(w, []).append(spans_throughput(*read_step_spans(run))["throughput_eps"])
     return {w: float(np.mean(v)) for w, v in runs.items()}
 
 

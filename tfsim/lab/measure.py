@@ -106,29 +106,46 @@ def window_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
     return {"throughput_eps": float(np.sum(per_worker)), "window_s": t1 - start, "per_worker_eps": per_worker}
 
 
+def spans_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
+    """The lab's measurement of a run from its workers' step spans (as :func:`read_step_spans`
+    gives them): ``throughput_eps`` by the common window (:func:`window_throughput`; when the
+    workers' measured steps never all overlap, one finished before another began, nothing
+    better than the per-worker sum is left, and ``rule`` says which), ``window_s``,
+    ``per_worker_eps``, ICPE §4.1's ``per_worker_sum_eps`` (:func:`per_worker_sum`),
+    ``workers``, and ``finish_spread_s``, the spread of the workers' last step ends (how
+    unevenly they shared).
+
+    Examples
+    --------
+    >>> a = np.array([[t, t + 1.0] for t in range(10)], dtype=float)
+    >>> r = spans_throughput({0: a, 1: a + 0.5}, batch=32)
+    >>> r["rule"], round(r["throughput_eps"], 6), r["finish_spread_s"]
+    ('common window', 64.0, 0.5)
+    """
+    if not steps:
+        return {"throughput_eps": float("nan"), "rule": "common window", "window_s": 0.0, "per_worker_eps": [],
+                "per_worker_sum_eps": float("nan"), "workers": 0, "finish_spread_s": 0.0}
+    window = window_throughput(steps, batch)
+    own_sum = per_worker_sum(steps, batch)
+    common = bool(np.isfinite(window["throughput_eps"]))
+    ends = [float(s[-1, 1]) for s in steps.values()]
+    return {"throughput_eps": window["throughput_eps"] if common else own_sum,
+            "rule": "common window" if common else "per-worker sum", "window_s": window["window_s"],
+            "per_worker_eps": window["per_worker_eps"], "per_worker_sum_eps": own_sum,
+            "workers": len(steps), "finish_spread_s": max(ends) - min(ends)}
+
+
 def measured_throughput(run_dir) -> dict:
-    """The run's throughput (:func:`window_throughput` of its measured steps), and beside it
-    the sum of each worker's own time-average over the last half of its steps (ICPE §4.1's
-    rule, ``per_worker_sum_eps``), each worker's median step there, and the spread of the
-    workers' finishing times (``finish_spread_s``: how unevenly they shared)."""
+    """:func:`spans_throughput` of the run directory's measured steps (read and checked by
+    :func:`~tfprofile.rundir.open_run_dir`), and the median over workers of each worker's
+    median step in the last half of its steps (``step_time_median_s``)."""
     run = open_run_dir(run_dir)
-    batch = run.batch_size
-    steps, medians, ends = {}, [], []
+    steps, medians = {}, []
     for w in sorted({r["worker"] for r in run.step_times}):
         rows = sorted((r for r in run.step_times if r["worker"] == w and r["measured"]), key=lambda r: r["step"])
         if not rows:
             continue
         steps[w] = np.array([(r["start_unix_s"], r["start_unix_s"] + r["wall_s"]) for r in rows], dtype=float)
         medians.append(float(np.median([r["wall_s"] for r in rows[len(rows) // 2:]])))
-        ends.append(float(steps[w][-1, 1]))
-    window = window_throughput(steps, batch) if steps else {"throughput_eps": float("nan"), "window_s": 0.0,
-                                                             "per_worker_eps": []}
-    own_sum = per_worker_sum(steps, batch) if steps else float("nan")
-    # Workers whose measured steps never all overlap (one finished before another began):
-    # nothing better than the per-worker sum is left, and ``rule`` says so.
-    common = bool(np.isfinite(window["throughput_eps"]))
-    return {"throughput_eps": window["throughput_eps"] if common else own_sum,
-            "rule": "common window" if common else "per-worker sum", "window_s": window["window_s"],
-            "per_worker_eps": window["per_worker_eps"], "per_worker_sum_eps": own_sum,
-            "workers": len(steps), "finish_spread_s": max(ends) - min(ends) if ends else 0.0,
+    return {**spans_throughput(steps, run.batch_size),
             "step_time_median_s": float(np.median(medians)) if medians else float("nan")}

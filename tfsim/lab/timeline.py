@@ -510,7 +510,7 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None,
             busy, _ = union_busy(s[mw], e[mw], t0, t1)
             wire_rows.append({"direction": name, "worker": w, "busy_fraction": busy / (t1 - t0)})
     tensors = []
-    key = tr["worker"].astype(np.int64) * 10**9 + tr["step"].astype(np.int64) * 10**4 + op
+    key = _op_instance_key(tr)
     for k in np.unique(key[is_tx]):
         m = key == k
         w, step, o = int(tr["worker"][m][0]), int(tr["step"][m][0]), int(op[m][0])
@@ -522,12 +522,16 @@ def simulated_timeline(sim, t0: float | None = None, t1: float | None = None,
     return {"wire": wire_rows, "tensors": tensors, "window": (t0, t1), "link_busy": link_busy}
 
 
+def _op_instance_key(trace: dict) -> np.ndarray:
+    """One integer per trace row naming the op instance (worker, step, op) it is a chunk of."""
+    return trace["worker"].astype(np.int64) * 10**9 + trace["step"].astype(np.int64) * 10**4 + trace["op"]
+
+
 def _bytes_in_window(trace: dict, graph, rows: np.ndarray, t0: float, t1: float) -> float:
     """Bytes the traced transfer chunks selected by ``rows`` moved within ``[t0, t1)``: each
     transfer's bytes (the same in every step) spread evenly over its chunks' service time."""
     op, s, e = trace["op"][rows], trace["start_s"][rows], trace["end_s"][rows]
-    key = trace["worker"][rows].astype(np.int64) * 10**9 + trace["step"][rows].astype(np.int64) * 10**4 + op
-    _, instance = np.unique(key, return_inverse=True)
+    _, instance = np.unique(_op_instance_key(trace)[rows], return_inverse=True)
     service = np.bincount(instance, weights=e - s)
     inside = np.clip(np.minimum(e, t1) - np.maximum(s, t0), 0.0, None)
     share = np.divide(inside, service[instance], out=np.zeros_like(inside), where=service[instance] > 0)
