@@ -33,15 +33,18 @@ number after ``REUSE_IDLE_S`` of silence) starts a new connection, told apart by
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 from netcapture.backend import BackendResult, DirectionLoss
 from netcapture.errors import CorruptTail, MalformedFrame, TruncatedCapture
 from netcapture.grpc import (
+    MAX_KEEP_BYTES,
     MAX_KEPT_REQUEST_BYTES,
     RECV_TENSOR_PATH,
     GrpcDeframer,
+    NeedCursor,
     describe_message,
     keep_bytes_for,
     looks_like_recv_tensor_request,
@@ -226,6 +229,7 @@ class _Connection:
         for direction, from_client in ((client, True), (server, False)):
             direction.from_client = from_client
             direction.splitter = FrameSplitter(expect_preface=from_client, synchronised=not mid_stream)
+            direction.splitter.body_needs = functools.partial(self.backend.body_needs, direction)
             direction.decoder = DirectionDecoder()
             if mid_stream:
                 direction.decoder.lose_header_blocks()
@@ -320,6 +324,20 @@ class _Decoder:
             self.damaged_streams.update((direction.connection.id, s) for s in direction.open_streams)
             direction.open_streams.clear()
 
+    def body_needs(self, direction: _Direction, stream_id: int) -> NeedCursor | None:
+        """Which of ``stream_id``'s next DATA bytes in ``direction`` :meth:`_grpc` will read, for the
+        frame splitter (:attr:`netcapture.http2.FrameSplitter.body_needs`): its deframer's, or, for
+        a stream without one yet, what a new deframer keeping the most it ever keeps would read;
+        ``None`` if the stream's gRPC decoding has stopped. Asked when a large DATA frame's
+        header has been read and every frame before it decoded: only this direction's frames
+        change the deframer before that frame is decoded (a loss makes the frame damaged)."""
+        deframer = direction.deframers.get(stream_id, ...)
+        if deframer is None:
+            return None
+        if deframer is ...:
+            return NeedCursor(MAX_KEEP_BYTES)
+        return deframer.cursor()
+
     def frames_from(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         """Frame ``data``, the direction's bytes from stream ``offset`` on (the lab's timeline
         wraps this to learn when each frame's first byte came)."""
@@ -329,7 +347,7 @@ class _Decoder:
         splitter = direction.splitter
         was_synchronised = splitter.synchronised
         try:
-            raws = splitter.feed(data)
+            raws = splitter.cut(data)  # each frame decoded before the next is cut (FrameSplitter.body_needs)
         except MalformedFrame as exc:
             self.warn(f"{direction.src} -> {direction.dst}: {exc.problem}; the rest of this direction is not decoded")
             direction.broken = True
