@@ -444,28 +444,70 @@ class _Decoder:
         return self.retired + list(self.connections.values())
 
 
-def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, strict: bool = False) -> BackendResult:
-    """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet."""
+class _PacketLoop:
+    """The reference path's reading: one :class:`~netcapture.pcap.RawPacket` at a time through
+    :func:`~netcapture.layers.decode_tcp`; and what reading leaves for the end of decoding."""
+
+    def __init__(self, decoder: _Decoder, path: Path):
+        self.decoder = decoder
+        self.path = path
+        self.reader = PcapReader(path)
+        self.last_number, self.last_time = 0, 0
+        self.non_tcp = 0
+
+    def packet(self, packet) -> None:
+        reader = self.reader
+        check_snaplen(self.path, packet, reader.interfaces[-1].snaplen_bytes if reader.interfaces else None)
+        self.last_number, self.last_time = packet.number, packet.time_ns
+        segment = decode_tcp(packet.linktype, packet.data)
+        if segment is None:
+            self.non_tcp += 1
+            return
+        self.decoder.segment(segment, packet.number, packet.time_ns)
+
+    def read(self, fast: bool) -> None:
+        if fast:
+            from netcapture import fastpath  # imports numpy; numba only when a kernel first runs
+
+            fastpath.read_packets(self.decoder, self.path, self)
+            return
+        for packet in self.reader:
+            self.packet(packet)
+
+
+def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, strict: bool = False,
+           fast: bool = True) -> BackendResult:
+    """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet.
+
+    ``fast``: read through :mod:`netcapture.fastpath` where it applies (a classic pcap, plain
+    or gzip, of a link type :mod:`netcapture.pcapindex` decodes), with the same result as the
+    reference path (``fast=False``: scapy's reader, one packet at a time), which reads
+    everything else.
+    """
     path = Path(path)
+    if fast:
+        from netcapture.pcapbatch import Unavailable
+
+        try:
+            return _decode(path, server_ports, strict, fast=True)
+        except Unavailable:
+            pass  # not a file the fast path reads, or a damaged gzip one: start again
+    return _decode(path, server_ports, strict, fast=False)
+
+
+def _decode(path: Path, server_ports: frozenset[int] | None, strict: bool, fast: bool) -> BackendResult:
     decoder = _Decoder(path, server_ports)
-    reader = PcapReader(path)
+    loop = _PacketLoop(decoder, path)
+    reader = loop.reader
     truncated = False
-    last_number, last_time = 0, 0
-    non_tcp = 0
     try:
-        for packet in reader:
-            check_snaplen(path, packet, reader.interfaces[-1].snaplen_bytes if reader.interfaces else None)
-            last_number, last_time = packet.number, packet.time_ns
-            segment = decode_tcp(packet.linktype, packet.data)
-            if segment is None:
-                non_tcp += 1
-                continue
-            decoder.segment(segment, packet.number, packet.time_ns)
+        loop.read(fast)
     except (TruncatedCapture, CorruptTail) as exc:
         if strict:
             raise
         truncated = True
         decoder.warn(exc.problem)
+    last_number, last_time, non_tcp = loop.last_number, loop.last_time, loop.non_tcp
     decoder.warnings[:0] = reader.notes
     connections = decoder.all_connections()
     for connection in connections:
