@@ -16,8 +16,10 @@ server ports (connections found by their preface); damaged copies of two of them
 (``tests/capture_damage.py``: a dropped packet, reordering, swapped packets, a late start, two
 runs in one file, a garbage tail, two files back to back, a cut file, a cut gzip stream); and
 copies of a small one with other link layers (Linux cooked v1 and v2, raw IP, BSD loopback,
-802.1Q-tagged Ethernet), a big-endian microsecond pcap and a packet cut by the snapshot length.
-Exits 1 on any difference.
+802.1Q-tagged Ethernet), over IPv6 (with and without a hop-by-hop extension header), with
+Ethernet padding and non-TCP packets (UDP, ARP, IP fragments, cut headers, random bytes) in
+between, a big-endian microsecond pcap and a packet cut by the snapshot length. Exits 1 on
+any difference.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import gzip
 import hashlib
 import json
 import pickle
+import random
 import struct
 import sys
 import tempfile
@@ -51,6 +54,12 @@ LINKTYPE_RAW, LINKTYPE_NULL, LINKTYPE_SLL, LINKTYPE_SLL2 = 101, 0, 113, 276
 AF_INET = 2
 VLAN_TPID = 0x8100
 SNAPLEN_CUT_BYTES = 100  # a packet cut to this length: SnaplenError
+ETHERTYPE_IPV6, ETHERTYPE_ARP = 0x86DD, 0x0806
+IPV6_PREFIX = bytes.fromhex("fd00000000000000" "00000000")  # fd00::/96, the IPv4 address after it
+PROTO_TCP, PROTO_UDP, IPV6_HOP_BY_HOP = 6, 17, 0
+ETHERNET_MIN_FRAME_BYTES = 60  # frames shorter than this are padded on the wire
+IPV4_MORE_FRAGMENTS = 0x2000
+EXTRA_EVERY = 37  # a non-TCP packet after every this many packets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +84,50 @@ def _relink(packets: list, linktype: int, header) -> list:
     for packet in packets:
         ip = packet.data[ETHERNET_HEADER_BYTES:]
         out.append(dataclasses.replace(packet, linktype=linktype, data=header(ip) + ip))
+    return out
+
+
+def _ipv6(packets: list, hop_by_hop: bool) -> list:
+    """The Ethernet/IPv4 packets as IPv6 (fd00::/96 addresses), optionally with a hop-by-hop header."""
+    out = []
+    for packet in packets:
+        data = packet.data
+        ip = data[ETHERNET_HEADER_BYTES:]
+        header = (ip[0] & 0x0F) * 4
+        total = struct.unpack_from("!H", ip, 2)[0] or len(ip)
+        payload = ip[header:total]
+        extension = bytes([PROTO_TCP, 0]) + bytes(6) if hop_by_hop else b""
+        first_next = IPV6_HOP_BY_HOP if hop_by_hop else ip[9]
+        ipv6 = struct.pack("!IHBB", 6 << 28, len(extension) + len(payload), first_next, 64) \
+            + IPV6_PREFIX + ip[12:16] + IPV6_PREFIX + ip[16:20] + extension + payload
+        out.append(dataclasses.replace(packet, data=data[:12] + struct.pack("!H", ETHERTYPE_IPV6) + ipv6))
+    return out
+
+
+def _with_strangers(packets: list) -> list:
+    """Frames padded to Ethernet's minimum, and after every ``EXTRA_EVERY`` packets one that is no
+    TCP segment decode_tcp takes: UDP, ARP, an IP fragment, a cut TCP header, random bytes."""
+    rng = random.Random(2)
+    out = []
+    for i, packet in enumerate(packets):
+        data = packet.data + bytes(max(0, ETHERNET_MIN_FRAME_BYTES - len(packet.data)))
+        out.append(dataclasses.replace(packet, data=data))
+        if i % EXTRA_EVERY:
+            continue
+        ip = ETHERNET_HEADER_BYTES
+        kind = (i // EXTRA_EVERY) % 5
+        if kind == 0:
+            extra = data[:ip + 9] + bytes([PROTO_UDP]) + data[ip + 10:]
+        elif kind == 1:
+            extra = data[:12] + struct.pack("!H", ETHERTYPE_ARP) + bytes(28)
+        elif kind == 2:
+            flags = struct.unpack_from("!H", data, ip + 6)[0] | IPV4_MORE_FRAGMENTS
+            extra = data[:ip + 6] + struct.pack("!H", flags) + data[ip + 8:]
+        elif kind == 3:
+            extra = data[:ip + 20 + 5]
+        else:
+            extra = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 80)))
+        out.append(dataclasses.replace(packet, data=extra))
     return out
 
 
@@ -129,6 +182,9 @@ def build_cases(work: Path) -> list[Case]:
         "vlan": [dataclasses.replace(p, data=p.data[:12] + struct.pack("!HH", VLAN_TPID, 7) + p.data[12:])
                  for p in packets],
     }
+    variants["ipv6"] = _ipv6(packets, hop_by_hop=False)
+    variants["ipv6-hop-by-hop"] = _ipv6(packets, hop_by_hop=True)
+    variants["strangers"] = _with_strangers(packets)
     for name, relinked in variants.items():
         cases.append(Case(f"link/{name}", damage.write_pcap(work / f"{name}.pcap", relinked), ports))
     cases.append(Case("link/big-endian-us", _big_endian_microseconds(packets, work / "big-endian.pcap"), ports))
