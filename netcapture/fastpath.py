@@ -77,10 +77,10 @@ class _Feeder:
         self.batches = batches
         self.flows: list[_Flow] = []
         self.pairs: dict[frozenset, _Pair] = {}
-        from netcapture.scapy_backend import _Decoder
+        from netcapture.scapy_backend import OWN_FRAMES_FROM
 
         # Deliveries may be skipped only when frames_from is the decoder's own.
-        self.may_skip = type(decoder).frames_from is _Decoder.frames_from
+        self.may_skip = type(decoder).frames_from is OWN_FRAMES_FROM
 
     def _new_flow(self, batch: PacketBatch, index: int) -> _Flow:
         src_ip, src_port, dst_ip, dst_port = self.batches.flow_of(batch, index)

@@ -162,11 +162,14 @@ class NeedCursor:
         self.kept = kept
         self.dead = dead
 
-    def needed(self, data) -> list[tuple[int, int]]:
-        """Take the stream's next bytes ``data``; return the ranges of them the deframer will read."""
+    def needed(self, data, limit: int) -> list[tuple[int, int]] | None:
+        """Take the stream's next bytes ``data``; return the ranges of them the deframer will read,
+        or ``None`` if they are more than ``limit`` (then the cursor's state is undefined)."""
         ranges: list[tuple[int, int]] = []
         position, size = 0, len(data)
         while position < size and not self.dead:
+            if len(ranges) >= limit:
+                return None
             if self.remaining < 0:
                 take = min(GRPC_PREFIX_BYTES - len(self.prefix), size - position)
                 ranges.append((position, position + take))

@@ -176,6 +176,10 @@ RESYNC_CHAIN_FRAMES = 3  # consecutive plausible headers that make a resynchroni
 # A DATA frame this large is kept sparsely (FrameSplitter.body_needs); a smaller one is
 # copied whole, which costs less than deciding what to keep of it.
 SPARSE_MIN_BYTES = 16 << 10
+# A frame whose body the gRPC layer would read in more pieces than this (many small messages,
+# or, for a stream with no deframer yet, bytes that only look like message prefixes) is kept
+# whole from there on: deciding piece by piece would cost more than copying.
+SPARSE_MAX_PIECES = 64
 _STREAM_ID_BITS = 0x7FFFFFFF
 
 
@@ -367,10 +371,16 @@ class FrameSplitter:
         take = min(len(data), sparse.length - sparse.received)
         chunk, start = data[:take], sparse.received
         lead = max(0, min(take, sparse.content_start - start))  # the pad length, always kept
-        if lead:
-            sparse.builder.keep(start, chunk[:lead])
-        for first, last in sparse.cursor.needed(chunk[lead:]):
-            sparse.builder.keep(start + lead + first, chunk[lead + first: lead + last])
+        ranges = None if sparse.keep_all else sparse.cursor.needed(chunk[lead:], SPARSE_MAX_PIECES - sparse.pieces)
+        if ranges is None:
+            sparse.keep_all = True
+            sparse.builder.keep(start, chunk)
+        else:
+            if lead:
+                sparse.builder.keep(start, chunk[:lead])
+            for first, last in ranges:
+                sparse.builder.keep(start + lead + first, chunk[lead + first: lead + last])
+            sparse.pieces += len(ranges)
         sparse.received += take
         self._buffer_offset += take
         if sparse.received == sparse.length:
@@ -465,10 +475,12 @@ class _SparseFrame:
     """A DATA frame whose body a :class:`FrameSplitter` keeps sparsely, as it arrives.
 
     ``received``: body bytes so far; ``cursor``: which of the next ones the gRPC layer will
-    read; ``builder``: the pieces kept.
+    read; ``builder``: the pieces kept (``pieces`` of them asked for by the cursor);
+    ``keep_all``: from now on every byte is kept (``SPARSE_MAX_PIECES``).
     """
 
-    __slots__ = ("builder", "content_start", "cursor", "flags", "length", "offset", "received", "stream_id")
+    __slots__ = ("builder", "content_start", "cursor", "flags", "keep_all", "length", "offset", "pieces",
+                 "received", "stream_id")
 
     def __init__(self, offset: int, flags: int, stream_id: int, length: int, cursor: NeedCursor):
         self.offset, self.flags, self.stream_id, self.length = offset, flags, stream_id, length
@@ -476,11 +488,13 @@ class _SparseFrame:
         self.content_start = 1 if flags & FLAG_PADDED else 0  # after the pad length
         self.cursor = cursor
         self.builder = SparseBuilder()
+        self.pieces = 0
+        self.keep_all = False
 
     def skippable(self) -> int:
         """How many of the next bytes may be skipped: none the cursor needs, and never the last
         byte (feeding it completes the frame)."""
-        if self.received < self.content_start:
+        if self.received < self.content_start or self.keep_all:
             return 0
         last = self.length - self.received - 1
         unneeded = self.cursor.unneeded_bytes()

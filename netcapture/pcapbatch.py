@@ -209,12 +209,12 @@ class BatchReader:
                     data = handle.read(GZIP_CHUNK_BYTES)
                     at_eof = len(data) < GZIP_CHUNK_BYTES
                     buffer = pending + data if pending else data
-                    position, verdict = self._index(buffer, base, 0, at_eof, on_batch)
+                    reached, verdict = self._index(buffer, base, 0, at_eof, on_batch)
                     if verdict == SCAN_STOP:
                         raise Unavailable
                     if verdict == SCAN_END:
                         return
-                    base, pending = base + position, buffer[position:]
+                    base, pending = reached, buffer[reached - base:]
         except (CaptureError, OSError, EOFError, zlib.error):
             raise Unavailable from None
 

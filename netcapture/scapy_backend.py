@@ -326,17 +326,27 @@ class _Decoder:
 
     def body_needs(self, direction: _Direction, stream_id: int) -> NeedCursor | None:
         """Which of ``stream_id``'s next DATA bytes in ``direction`` :meth:`_grpc` will read, for the
-        frame splitter (:attr:`netcapture.http2.FrameSplitter.body_needs`): its deframer's, or, for
-        a stream without one yet, what a new deframer keeping the most it ever keeps would read;
-        ``None`` if the stream's gRPC decoding has stopped. Asked when a large DATA frame's
-        header has been read and every frame before it decoded: only this direction's frames
-        change the deframer before that frame is decoded (a loss makes the frame damaged)."""
+        frame splitter (:attr:`netcapture.http2.FrameSplitter.body_needs`); ``None`` if none.
+
+        Asked when a large DATA frame's header has been cut and every frame before it decoded.
+        Until that frame is decoded, only this direction's frames could change what is looked
+        at here (and a loss makes the frame damaged, its payload unread), so the answer holds:
+        the stream's deframer, or none when :meth:`_grpc` would return before making one (the
+        stream's HEADERS were not seen here; its headers were read and are not gRPC). What the
+        other direction may still change (the request's path and gRPC declaration) only
+        decides how much a new deframer keeps, so a new one is taken to keep the most any does.
+        """
         deframer = direction.deframers.get(stream_id, ...)
         if deframer is None:
             return None
-        if deframer is ...:
-            return NeedCursor(MAX_KEEP_BYTES)
-        return deframer.cursor()
+        if deframer is not ...:
+            return deframer.cursor()
+        if stream_id not in direction.header_frames:
+            return None
+        if stream_id not in direction.grpc_streams and not (direction.decoder.table_uncertain
+                                                            and stream_id not in direction.decoded_headers):
+            return None
+        return NeedCursor(MAX_KEEP_BYTES)
 
     def frames_from(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         """Frame ``data``, the direction's bytes from stream ``offset`` on (the lab's timeline
@@ -442,6 +452,11 @@ class _Decoder:
 
     def all_connections(self) -> list[_Connection]:
         return self.retired + list(self.connections.values())
+
+
+# The decoder's own frames_from: while another is in its place (the lab's timeline wraps it to
+# see every delivery), the fast path skips none (netcapture.fastpath).
+OWN_FRAMES_FROM = _Decoder.frames_from
 
 
 class _PacketLoop:
