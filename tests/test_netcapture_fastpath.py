@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import itertools
 import random
 import socket
 import struct
@@ -248,3 +249,72 @@ def test_importing_netcapture_does_not_import_numba():
     code = "import sys, netcapture; netcapture.read_capture; print('numba' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+# -- DATA bodies kept sparsely: the frame splitter and the gRPC layer -----------------------
+
+KEEPS = {1: 64 << 10, 3: 1024, 5: 0}  # a request's keep, a response's, a stream read for lengths only
+
+
+def _grpc_stream(rng: random.Random) -> bytes:
+    """Frames of three streams: small HEADERS, DATA frames of up to 300 kB (some padded)
+    carrying gRPC messages of every size, some across frames, with random bytes inside."""
+    from netcapture.http2 import DATA, FLAG_END_HEADERS, FLAG_PADDED, HEADERS
+
+    out = bytearray()
+    for stream in KEEPS:
+        out += struct.pack("!I", 3)[1:] + bytes([HEADERS, FLAG_END_HEADERS]) + struct.pack("!I", stream) \
+            + b"\x88\x82\x84"
+    messages = {stream: bytearray() for stream in KEEPS}
+    for body in messages.values():
+        for _ in range(rng.randrange(3, 30)):
+            size = rng.choice([0, 1, 4, 100, 5000, 70_000, 250_000])
+            body += bytes([0]) + struct.pack("!I", size) + rng.randbytes(size)
+    while any(messages.values()):
+        stream = rng.choice([s for s, body in messages.items() if body])
+        body = messages[stream]
+        take = min(len(body), rng.choice([10, 16_384, 20_000, 100_000, 300_000]))
+        chunk, messages[stream] = bytes(body[:take]), body[take:]
+        flags = 0
+        if rng.random() < 0.3:
+            pad = rng.randrange(0, 200)
+            chunk, flags = bytes([pad]) + chunk + bytes(pad), FLAG_PADDED
+        out += struct.pack("!I", len(chunk))[1:] + bytes([DATA, flags]) + struct.pack("!I", stream) + chunk
+    return bytes(out)
+
+
+def _split_and_deframe(data: bytes, cuts: list[int], sparse: bool) -> tuple[list, int]:
+    from netcapture.grpc import MAX_KEEP_BYTES, GrpcDeframer, NeedCursor
+    from netcapture.http2 import DATA, FrameSplitter, split_padding
+
+    splitter = FrameSplitter(expect_preface=False)
+    deframers: dict[int, GrpcDeframer] = {}
+    if sparse:
+        splitter.body_needs = lambda stream: deframers[stream].cursor() if stream in deframers \
+            else NeedCursor(MAX_KEEP_BYTES)
+    seen, skipped = [], 0
+    for start, end in itertools.pairwise([0, *cuts, len(data)]):
+        chunk = memoryview(data)[start:end]
+        passed = min(len(chunk), splitter.skippable)  # right up to what may be skipped: the boundary is tested
+        if passed:
+            splitter.skip(passed)
+            skipped += passed
+            chunk = chunk[passed:]
+        for raw in splitter.cut(chunk):
+            seen.append((raw.offset, raw.type, raw.flags, raw.stream_id, raw.length))
+            if raw.type == DATA:
+                first, last = split_padding(raw.flags, raw.payload)
+                deframer = deframers.setdefault(raw.stream_id, GrpcDeframer(KEEPS[raw.stream_id]))
+                seen.extend(deframer.feed(raw.payload[first:last]))
+    return seen, skipped
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_data_frames_give_the_gRPC_layer_every_byte_it_reads(seed):
+    rng = random.Random(seed)
+    data = _grpc_stream(rng)
+    cuts = sorted(rng.sample(range(1, len(data)), len(data) // rng.choice([1500, 9000, 65_000])))
+    sparse, skipped = _split_and_deframe(data, cuts, sparse=True)
+    whole, _ = _split_and_deframe(data, cuts, sparse=False)
+    assert sparse == whole
+    assert skipped > len(data) // 4  # most of the large messages were passed over unread
