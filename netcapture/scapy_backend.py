@@ -402,12 +402,13 @@ class _Decoder:
             direction.deframers.pop(raw.stream_id, None)
             direction.grpc_streams.discard(raw.stream_id)
             direction.open_streams.discard(raw.stream_id)
-        fields = {} if details is None else {
-            "data_bytes": details.data_bytes, "headers": details.headers, "settings": details.settings,
-            "window_increment": details.window_increment, "ping_opaque": details.ping_opaque,
-            "error_code": details.error_code, "last_stream_id": details.last_stream_id}
+        if details is None:
+            return Http2Frame(packet_number, time_ns, connection.id, direction.from_client, raw.type, raw.flags,
+                              raw.stream_id, raw.length, grpc_messages=messages, damaged=raw.damaged)
         return Http2Frame(packet_number, time_ns, connection.id, direction.from_client, raw.type, raw.flags,
-                          raw.stream_id, raw.length, grpc_messages=messages, damaged=raw.damaged, **fields)
+                          raw.stream_id, raw.length, details.data_bytes, details.headers, details.settings,
+                          details.window_increment, details.ping_opaque, details.error_code, details.last_stream_id,
+                          messages, raw.damaged)
 
     def _grpc(self, direction: _Direction, raw: RawFrame, packet_number: int) -> tuple:
         stream, connection = raw.stream_id, direction.connection
