@@ -208,6 +208,20 @@ def _default(case: Case):
     return read_capture(case.path, server_ports=case.ports)
 
 
+def path_taken(case: Case) -> str:
+    """Which path of the default backend decoded ``case``: ``fast``, or ``reference`` where the
+    fast path does not apply or gave up (so that a fast path falling back unnoticed shows)."""
+    from netcapture import pcapbatch, scapy_backend
+
+    try:
+        scapy_backend._decode(case.path, case.ports, strict=False, fast=True)
+    except pcapbatch.Unavailable:
+        return "reference"
+    except Exception:  # the fast path raised what the reference path raises (compared in main)
+        return "fast"
+    return "fast"
+
+
 def _reference(case: Case):
     from netcapture import capture as capture_module
     from netcapture import scapy_backend
@@ -275,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             same = digest == expected_digest
             failures += not same
             note = "" if same else describe_difference(expected, what)
-            print(f"{case.name:45s} {'same' if same else 'DIFFERENT'} {note}")
+            print(f"{case.name:45s} {path_taken(case):9s} {'same' if same else 'DIFFERENT'} {note}")
         print(f"{len(cases) - failures} of {len(cases)} cases identical")
         return 1 if failures else 0
 
