@@ -28,6 +28,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from netcapture.layers import FIN, RST, SYN, TcpSegment
 from netcapture.pcap import PcapReader, RawPacket, check_snaplen
 from netcapture.pcapbatch import BatchReader, PacketBatch, Unavailable
@@ -98,14 +100,19 @@ class _Feeder:
         decoder, flows, loop, view = self.decoder, self.flows, self.loop, batch.view
         may_skip = self.may_skip
         first = batch.first_number
+        cut = np.flatnonzero(batch.caplen < batch.wirelen)
+        if cut.size:
+            # The reference path raises at the first packet the snapshot length cut; what it
+            # did with the packets before that is thrown away with the decoder.
+            index = int(cut[0])
+            check_snaplen(self.path, RawPacket(first + index, int(batch.time_ns[index]), self.batches.linktype,
+                                               int(batch.caplen[index]), int(batch.wirelen[index]), b""),
+                          self.batches.snaplen)
         non_tcp = 0
-        for index, caplen, wirelen, time_ns, kind, flow_number, flags, seq, start, end in zip(
-                range(batch.count), batch.caplen.tolist(), batch.wirelen.tolist(), batch.time_ns.tolist(),
-                batch.kind.tolist(), batch.flow.tolist(), batch.flags.tolist(), batch.seq.tolist(),
-                batch.payload_start.tolist(), batch.payload_end.tolist(), strict=True):
-            if caplen < wirelen:
-                check_snaplen(self.path, RawPacket(first + index, time_ns, self.batches.linktype, caplen, wirelen, b""),
-                              self.batches.snaplen)
+        for index, time_ns, kind, flow_number, flags, seq, start, end in zip(
+                range(batch.count), batch.time_ns.tolist(), batch.kind.tolist(), batch.flow.tolist(),
+                batch.flags.tolist(), batch.seq.tolist(), batch.payload_start.tolist(), batch.payload_end.tolist(),
+                strict=True):
             if kind != TCP:
                 non_tcp += 1
                 continue

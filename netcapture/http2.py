@@ -347,7 +347,7 @@ class FrameSplitter:
         """Pass over the next ``count`` bytes, at most :attr:`skippable`, without feeding them."""
         sparse = self._sparse
         sparse.received += count
-        sparse.cursor.skip(count)
+        sparse.unskipped += count  # told to the cursor when it is next asked (one call less a packet)
         self._buffer_offset += count
         self.skippable -= count
 
@@ -370,6 +370,9 @@ class FrameSplitter:
     def _feed_sparse(self, data, frames: list[RawFrame]):
         """Take the sparse frame's next bytes out of ``data``; return what follows the frame."""
         sparse = self._sparse
+        if sparse.unskipped:
+            sparse.cursor.skip(sparse.unskipped)
+            sparse.unskipped = 0
         take = min(len(data), sparse.length - sparse.received)
         chunk, start = data[:take], sparse.received
         lead = max(0, min(take, sparse.content_start - start))  # the pad length, always kept
@@ -478,11 +481,12 @@ class _SparseFrame:
 
     ``received``: body bytes so far; ``cursor``: which of the next ones the gRPC layer will
     read; ``builder``: the pieces kept (``pieces`` of them asked for by the cursor);
-    ``keep_all``: from now on every byte is kept (``SPARSE_MAX_PIECES``).
+    ``keep_all``: from now on every byte is kept (``SPARSE_MAX_PIECES``); ``unskipped``: bytes
+    skipped that the cursor has not been told of yet.
     """
 
     __slots__ = ("builder", "content_start", "cursor", "flags", "keep_all", "length", "offset", "pieces",
-                 "received", "stream_id")
+                 "received", "stream_id", "unskipped")
 
     def __init__(self, offset: int, flags: int, stream_id: int, length: int, cursor: NeedCursor):
         self.offset, self.flags, self.stream_id, self.length = offset, flags, stream_id, length
@@ -492,6 +496,7 @@ class _SparseFrame:
         self.builder = SparseBuilder()
         self.pieces = 0
         self.keep_all = False
+        self.unskipped = 0
 
     def skippable(self) -> int:
         """How many of the next bytes may be skipped: none the cursor needs, and never the last

@@ -48,10 +48,25 @@ from netcapture.pcap import (
     RawPacket,
     open_capture,
 )
-from netcapture.pcapindex import SCAN_END, SCAN_MORE, SCAN_STOP, FlowTable, assign_flows, decode_headers, scan_records
+from netcapture.pcapindex import (
+    IPV4_ADDRESS_BYTES,
+    IPV4_SRC_AT,
+    IPV4_VERSION,
+    IPV6_ADDRESS_BYTES,
+    IPV6_SRC_AT,
+    SCAN_END,
+    SCAN_MORE,
+    SCAN_STOP,
+    FlowTable,
+    assign_flows,
+    decode_headers,
+    scan_records,
+)
 
 WINDOW_BYTES = 64 << 20  # a mapped window of a plain file; far above the largest record it must hold
-GZIP_CHUNK_BYTES = 8 << 20  # decompressed bytes read from a gzip file at a time
+# Decompressed bytes read from a gzip file at a time. Larger reads are slower: each is a fresh
+# allocation, faulted in page by page (wide_1gbit: 0.65 s to read in 8 MiB pieces, 0.26 s in 1 MiB).
+GZIP_CHUNK_BYTES = 1 << 20
 BATCH_PACKETS = 1 << 15  # packets indexed per batch: bounds the arrays, amortises the calls
 _LINKTYPE_BITS = 0x0FFFFFF  # netcapture.pcap: the upper bits of a pcap's link type may carry FCS information
 _BIG_ENDIAN_MAGICS = (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d")
@@ -169,10 +184,10 @@ class BatchReader:
         import socket
 
         ip = int(batch.ip[index])
-        if batch.version[index] == 4:
-            family, source, size = socket.AF_INET, ip + 12, 4
+        if batch.version[index] == IPV4_VERSION:
+            family, source, size = socket.AF_INET, ip + IPV4_SRC_AT, IPV4_ADDRESS_BYTES
         else:
-            family, source, size = socket.AF_INET6, ip + 8, 16
+            family, source, size = socket.AF_INET6, ip + IPV6_SRC_AT, IPV6_ADDRESS_BYTES
         view = batch.view
         return (socket.inet_ntop(family, view[source: source + size]), int(batch.sport[index]),
                 socket.inet_ntop(family, view[source + size: source + 2 * size]), int(batch.dport[index]))

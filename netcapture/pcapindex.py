@@ -55,6 +55,8 @@ TCP = 1
 # seconds field should be: files written back to back. netcapture.pcap.PCAP_MAGICS.
 _MAGIC_WORDS = (0xA1B2C3D4, 0xD4C3B2A1, 0xA1B23C4D, 0x4D3CB2A1)
 _NS_PER_S = 1_000_000_000
+# A pcap record header: seconds, fraction (micro- or nanoseconds), captured and wire length.
+_SECONDS_AT, _FRACTION_AT, _CAPLEN_AT, _WIRELEN_AT = 0, 4, 8, 12
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
@@ -63,26 +65,44 @@ _IPV6_EXTENSIONS = (0, 43, 60, 135, 139, 140)
 PROTO_TCP = 6
 _AF_INET = 2
 _AF_INET6 = (10, 24, 28, 30)  # Linux, BSDs, macOS
-_ETHERNET_HEADER_BYTES = 14
-_SLL_HEADER_BYTES = 16
-_SLL2_HEADER_BYTES = 20
-_NULL_HEADER_BYTES = 4
-_IPV4_FIXED_BYTES = 10  # what decode_tcp unpacks of an IPv4 header: up to the protocol
-_IPV4_SRC, _IPV4_ADDRESS_BYTES = 12, 4
-_IPV6_FIXED_BYTES = 7  # version word, payload length, next header
+# Link headers: their length, and where the network protocol's ethertype sits.
+_ETHERNET_HEADER_BYTES, _ETHERNET_TYPE_AT = 14, 12
+_VLAN_TAG_BYTES, _VLAN_TYPE_AT = 4, 2  # a tag's inner ethertype follows its control field
+_SLL_HEADER_BYTES, _SLL_TYPE_AT = 16, 14
+_SLL2_HEADER_BYTES, _SLL2_TYPE_AT = 20, 0
+_ETHERTYPE_BYTES = 2
+_NULL_HEADER_BYTES = 4  # the address family, a 32-bit word
+_VERSION_SHIFT = 4  # IP's version is the first byte's upper nibble
+IPV4_VERSION, IPV6_VERSION = 4, 6
+# IPv4 (decode_tcp unpacks its first 10 bytes: up to the protocol)
+_IPV4_FIXED_BYTES = 10
+_IPV4_LENGTH_MASK, _HEADER_WORD_BYTES = 0x0F, 4  # header length in 32-bit words, the first byte's lower nibble
+_IPV4_TOTAL_LENGTH_AT, _IPV4_FRAGMENT_AT, _IPV4_PROTOCOL_AT = 2, 6, 9
+_IPV4_FRAGMENT_BITS = 0x3FFF  # more-fragments flag and fragment offset
+IPV4_SRC_AT, IPV4_ADDRESS_BYTES = 12, 4
+# IPv6 (decode_tcp unpacks its first 7 bytes: version word, payload length, next header)
+_IPV6_FIXED_BYTES = 7
+_IPV6_PAYLOAD_LENGTH_AT, _IPV6_NEXT_HEADER_AT = 4, 6
 _IPV6_HEADER_BYTES = 40
-_IPV6_SRC, _IPV6_ADDRESS_BYTES = 8, 16
-_IPV6_EXTENSION_UNIT = 8
-_TCP_FIXED_BYTES = 14  # ports, sequence and acknowledgement numbers, offset and flags
+IPV6_SRC_AT, IPV6_ADDRESS_BYTES = 8, 16
+_IPV6_EXTENSION_UNIT = 8  # an extension header's length field counts 8-byte units beyond the first
+_IPV6_EXTENSION_FIXED_BYTES = 2  # its next header and length
+# TCP: ports, sequence and acknowledgement numbers, data offset (in words) and flags
+_TCP_FIXED_BYTES = 14
+_TCP_SPORT_AT, _TCP_DPORT_AT, _TCP_SEQ_AT, _TCP_ACK_AT, _TCP_OFFSET_FLAGS_AT = 0, 2, 4, 8, 12
+_TCP_DATA_OFFSET_SHIFT = 12
 _TCP_MIN_HEADER_BYTES = 20
 _TCP_FLAG_BITS = 0x1FF
-_IPV4_FRAGMENT_BITS = 0x3FFF  # more-fragments flag and fragment offset
 
 # Flow table: the key words of one direction, and the hash table's load limit.
 FLOW_KEY_WORDS = 5  # source address (2 words), destination address (2), version and ports
 FLOW_TABLE_MIN_SLOTS = 1 << 12
 _EMPTY = -1
 _HASH_MULTIPLIER = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: spreads the words' bits
+_HASH_FOLD = 29  # folds the product's high bits into the low ones the mask keeps
+_BYTE_BITS = 8
+_WORD_BYTES = 8
+_VERSION_AT_BIT, _SPORT_AT_BIT = 32, 16  # where the version and source port sit in a key's last word
 
 
 _inline = njit(inline="always", cache=True)
@@ -122,8 +142,8 @@ def scan_records(buf, position, at_eof, big_endian, ns_per_tick, out_data, out_c
             if at_eof and position == size:
                 return count, position, SCAN_END
             return count, position, (SCAN_STOP if at_eof else SCAN_MORE)
-        caplen = u32(buf, position + 8, big_endian)
-        seconds_word = u32le(buf, position)
+        caplen = u32(buf, position + _CAPLEN_AT, big_endian)
+        seconds_word = u32le(buf, position + _SECONDS_AT)
         if caplen == 0 and (seconds_word == _MAGIC_WORDS[0] or seconds_word == _MAGIC_WORDS[1]
                             or seconds_word == _MAGIC_WORDS[2] or seconds_word == _MAGIC_WORDS[3]):
             return count, position, SCAN_STOP
@@ -134,9 +154,9 @@ def scan_records(buf, position, at_eof, big_endian, ns_per_tick, out_data, out_c
             return count, position, (SCAN_STOP if at_eof else SCAN_MORE)
         out_data[count] = position + PCAP_RECORD_HEADER_BYTES
         out_caplen[count] = caplen
-        out_wirelen[count] = u32(buf, position + 12, big_endian)
-        out_time[count] = u32(buf, position, big_endian) * _NS_PER_S + u32(buf, position + 4, big_endian) \
-            * ns_per_tick
+        out_wirelen[count] = u32(buf, position + _WIRELEN_AT, big_endian)
+        out_time[count] = u32(buf, position + _SECONDS_AT, big_endian) * _NS_PER_S \
+            + u32(buf, position + _FRACTION_AT, big_endian) * ns_per_tick
         count += 1
         position = end
     return count, position, SCAN_MORE
@@ -149,22 +169,22 @@ def link_layer(buf, start, end, linktype):
     if linktype == LINKTYPE_ETHERNET:
         if length < _ETHERNET_HEADER_BYTES:
             return -1, 0
-        ethertype = u16be(buf, start + 12)
+        ethertype = u16be(buf, start + _ETHERNET_TYPE_AT)
         offset = _ETHERNET_HEADER_BYTES
         while ethertype == _VLAN_TAGS[0] or ethertype == _VLAN_TAGS[1] or ethertype == _VLAN_TAGS[2]:
-            if length < offset + 4:
+            if length < offset + _VLAN_TAG_BYTES:
                 return -1, 0
-            ethertype = u16be(buf, start + offset + 2)
-            offset += 4
+            ethertype = u16be(buf, start + offset + _VLAN_TYPE_AT)
+            offset += _VLAN_TAG_BYTES
         return ethertype, offset
     if linktype == LINKTYPE_LINUX_SLL:
         if length < _SLL_HEADER_BYTES:
             return -1, 0
-        return u16be(buf, start + 14), _SLL_HEADER_BYTES
+        return u16be(buf, start + _SLL_TYPE_AT), _SLL_HEADER_BYTES
     if linktype == LINKTYPE_LINUX_SLL2:
-        if length < 2:
+        if length < _SLL2_TYPE_AT + _ETHERTYPE_BYTES:
             return -1, 0
-        return u16be(buf, start), _SLL2_HEADER_BYTES
+        return u16be(buf, start + _SLL2_TYPE_AT), _SLL2_HEADER_BYTES
     if linktype == LINKTYPE_NULL or linktype == LINKTYPE_LOOP:
         if length < _NULL_HEADER_BYTES:
             return -1, 0
@@ -184,8 +204,8 @@ def link_layer(buf, start, end, linktype):
         return ETHERTYPE_IPV6, 0
     if length < 1:  # raw IP: the version nibble says which
         return -1, 0
-    version = buf[start] >> 4
-    return (ETHERTYPE_IPV4 if version == 4 else ETHERTYPE_IPV6 if version == 6 else 0), 0
+    version = buf[start] >> _VERSION_SHIFT
+    return (ETHERTYPE_IPV4 if version == IPV4_VERSION else ETHERTYPE_IPV6 if version == IPV6_VERSION else 0), 0
 
 
 @njit(cache=True)
@@ -199,52 +219,53 @@ def decode_headers(buf, count, data_start, caplen, linktype, out_kind, out_ip, o
         ethertype, offset = link_layer(buf, start, end, linktype)
         ip = start + offset
         if ethertype == ETHERTYPE_IPV4:
-            if ip + _IPV4_FIXED_BYTES > end or buf[ip] >> 4 != 4:
+            if ip + _IPV4_FIXED_BYTES > end or buf[ip] >> _VERSION_SHIFT != IPV4_VERSION:
                 continue
-            if buf[ip + 9] != PROTO_TCP or u16be(buf, ip + 6) & _IPV4_FRAGMENT_BITS:
+            if buf[ip + _IPV4_PROTOCOL_AT] != PROTO_TCP \
+                    or u16be(buf, ip + _IPV4_FRAGMENT_AT) & _IPV4_FRAGMENT_BITS:
                 continue
-            if ip + _IPV4_SRC + 2 * _IPV4_ADDRESS_BYTES > end:  # inet_ntop of a cut address
+            if ip + IPV4_SRC_AT + 2 * IPV4_ADDRESS_BYTES > end:  # inet_ntop of a cut address
                 continue
-            total = u16be(buf, ip + 2)
-            ip_end = min(ip + total if total else end, end)
-            tcp = ip + (buf[ip] & 0x0F) * 4
-            version = 4
+            total = u16be(buf, ip + _IPV4_TOTAL_LENGTH_AT)
+            ip_end = min(ip + total if total else end, end)  # 0: a GSO/BIG TCP packet, to the end
+            tcp = ip + (buf[ip] & _IPV4_LENGTH_MASK) * _HEADER_WORD_BYTES
+            version = IPV4_VERSION
         elif ethertype == ETHERTYPE_IPV6:
-            if ip + _IPV6_FIXED_BYTES > end or buf[ip] >> 4 != 6:
+            if ip + _IPV6_FIXED_BYTES > end or buf[ip] >> _VERSION_SHIFT != IPV6_VERSION:
                 continue
-            if ip + _IPV6_SRC + 2 * _IPV6_ADDRESS_BYTES > end:
+            if ip + IPV6_SRC_AT + 2 * IPV6_ADDRESS_BYTES > end:
                 continue
-            payload_length = u16be(buf, ip + 4)
-            ip_end = min(ip + _IPV6_HEADER_BYTES + payload_length if payload_length else end, end)
-            next_header = np.int64(buf[ip + 6])
+            payload_length = u16be(buf, ip + _IPV6_PAYLOAD_LENGTH_AT)
+            ip_end = min(ip + _IPV6_HEADER_BYTES + payload_length if payload_length else end, end)  # 0: jumbo
+            next_header = np.int64(buf[ip + _IPV6_NEXT_HEADER_AT])
             tcp = ip + _IPV6_HEADER_BYTES
             cut = False
             while next_header == _IPV6_EXTENSIONS[0] or next_header == _IPV6_EXTENSIONS[1] \
                     or next_header == _IPV6_EXTENSIONS[2] or next_header == _IPV6_EXTENSIONS[3] \
                     or next_header == _IPV6_EXTENSIONS[4] or next_header == _IPV6_EXTENSIONS[5]:
-                if tcp + 2 > end:
+                if tcp + _IPV6_EXTENSION_FIXED_BYTES > end:
                     cut = True
                     break
                 next_header = np.int64(buf[tcp])
                 tcp += (np.int64(buf[tcp + 1]) + 1) * _IPV6_EXTENSION_UNIT
             if cut or next_header != PROTO_TCP:
                 continue
-            version = 6
+            version = IPV6_VERSION
         else:
             continue
         if tcp < start or tcp + _TCP_FIXED_BYTES > end:
             continue
-        offset_flags = u16be(buf, tcp + 12)
-        header = (offset_flags >> 12) * 4
+        offset_flags = u16be(buf, tcp + _TCP_OFFSET_FLAGS_AT)
+        header = (offset_flags >> _TCP_DATA_OFFSET_SHIFT) * _HEADER_WORD_BYTES
         if header < _TCP_MIN_HEADER_BYTES:
             continue
         out_kind[i] = TCP
         out_ip[i] = ip
         out_version[i] = version
-        out_sport[i] = u16be(buf, tcp)
-        out_dport[i] = u16be(buf, tcp + 2)
-        out_seq[i] = u32be(buf, tcp + 4)
-        out_ack[i] = u32be(buf, tcp + 8)
+        out_sport[i] = u16be(buf, tcp + _TCP_SPORT_AT)
+        out_dport[i] = u16be(buf, tcp + _TCP_DPORT_AT)
+        out_seq[i] = u32be(buf, tcp + _TCP_SEQ_AT)
+        out_ack[i] = u32be(buf, tcp + _TCP_ACK_AT)
         out_flags[i] = offset_flags & _TCP_FLAG_BITS
         payload_start = min(tcp + header, ip_end)
         out_payload_start[i] = payload_start
@@ -258,10 +279,10 @@ def address_words(buf, at, length):
     low = np.uint64(0)
     for k in range(length):
         byte = np.uint64(buf[at + k])
-        if length - k > 8:
-            high = (high << np.uint64(8)) | byte
+        if length - k > _WORD_BYTES:
+            high = (high << np.uint64(_BYTE_BITS)) | byte
         else:
-            low = (low << np.uint64(8)) | byte
+            low = (low << np.uint64(_BYTE_BITS)) | byte
     return high, low
 
 
@@ -275,18 +296,18 @@ def assign_flows(buf, count, kind, ip, version, sport, dport, slots, keys, used,
         if kind[i] != TCP:
             out_flow[i] = _EMPTY
             continue
-        if version[i] == 4:
-            src_high, src_low = address_words(buf, ip[i] + _IPV4_SRC, _IPV4_ADDRESS_BYTES)
-            dst_high, dst_low = address_words(buf, ip[i] + _IPV4_SRC + _IPV4_ADDRESS_BYTES, _IPV4_ADDRESS_BYTES)
+        if version[i] == IPV4_VERSION:
+            src_high, src_low = address_words(buf, ip[i] + IPV4_SRC_AT, IPV4_ADDRESS_BYTES)
+            dst_high, dst_low = address_words(buf, ip[i] + IPV4_SRC_AT + IPV4_ADDRESS_BYTES, IPV4_ADDRESS_BYTES)
         else:
-            src_high, src_low = address_words(buf, ip[i] + _IPV6_SRC, _IPV6_ADDRESS_BYTES)
-            dst_high, dst_low = address_words(buf, ip[i] + _IPV6_SRC + _IPV6_ADDRESS_BYTES, _IPV6_ADDRESS_BYTES)
-        tail = (np.uint64(version[i]) << np.uint64(32)) | (np.uint64(sport[i]) << np.uint64(16)) \
-            | np.uint64(dport[i])
+            src_high, src_low = address_words(buf, ip[i] + IPV6_SRC_AT, IPV6_ADDRESS_BYTES)
+            dst_high, dst_low = address_words(buf, ip[i] + IPV6_SRC_AT + IPV6_ADDRESS_BYTES, IPV6_ADDRESS_BYTES)
+        tail = (np.uint64(version[i]) << np.uint64(_VERSION_AT_BIT)) \
+            | (np.uint64(sport[i]) << np.uint64(_SPORT_AT_BIT)) | np.uint64(dport[i])
         mixed = np.uint64(0)
         for word in (src_high, src_low, dst_high, dst_low, tail):
             mixed = (mixed ^ word) * np.uint64(_HASH_MULTIPLIER)
-            mixed ^= mixed >> np.uint64(29)
+            mixed ^= mixed >> np.uint64(_HASH_FOLD)
         slot = mixed & mask
         while True:
             flow = slots[slot]
@@ -316,7 +337,7 @@ def rehash(keys, used, slots):
         mixed = np.uint64(0)
         for k in range(FLOW_KEY_WORDS):
             mixed = (mixed ^ keys[flow, k]) * np.uint64(_HASH_MULTIPLIER)
-            mixed ^= mixed >> np.uint64(29)
+            mixed ^= mixed >> np.uint64(_HASH_FOLD)
         slot = mixed & mask
         while slots[slot] != _EMPTY:
             slot = (slot + np.uint64(1)) & mask
