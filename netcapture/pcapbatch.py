@@ -11,9 +11,10 @@ Memory stays flat in the capture's size: one window (or chunk) and one batch at 
 
 What it does not take, it leaves to the reference reader (:class:`netcapture.pcap.PcapReader`):
 
-- pcapng files, files too short to hold a pcap file header, and link types outside
-  :data:`netcapture.layers.FAST_LINKTYPES` raise :class:`Unavailable` before any packet is
-  read: the caller decodes with the reference path.
+- pcapng files, files too short to hold a pcap file header, link types outside
+  :data:`netcapture.layers.FAST_LINKTYPES`, and anything but a regular file (a pipe is read
+  once, by the reference reader) raise :class:`Unavailable` before any packet is read: the
+  caller decodes with the reference path. So does a file that cannot be memory-mapped.
 - In a plain file, a record the kernels stop at (cut by the end of the file, longer than a
   pcap record may be, or a second capture's file header: :data:`~netcapture.pcapindex.SCAN_STOP`)
   is read, and everything after it, by :meth:`PcapReader.resume_pcap`, which reports it
@@ -29,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import stat
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -146,6 +148,8 @@ class BatchReader:
         self.path = Path(path)
         self.reader = reader
         try:
+            if not stat.S_ISREG(self.path.stat().st_mode):
+                raise Unavailable
             with open(self.path, "rb") as probe:
                 self.compressed = probe.read(len(GZIP_MAGIC)) == GZIP_MAGIC
             with open_capture(self.path) as handle:
@@ -205,7 +209,10 @@ class BatchReader:
             while position < size:
                 base = position - position % mmap.ALLOCATIONGRANULARITY
                 length = min(WINDOW_BYTES, size - base)
-                window = mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ, offset=base)
+                try:
+                    window = mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ, offset=base)
+                except (OSError, ValueError):
+                    raise Unavailable from None  # a file system without mmap: start again, packet by packet
                 try:
                     position, verdict = self._index(window, base, position - base, base + length == size, on_batch)
                 finally:
