@@ -34,6 +34,7 @@ from netcapture.layers import FIN, RST, SYN, TcpSegment
 from netcapture.pcap import PcapReader, RawPacket, check_snaplen
 from netcapture.pcapbatch import BatchReader, PacketBatch, Unavailable
 from netcapture.pcapindex import TCP
+from netcapture.tcp import Endpoint
 
 SEQUENCE_MASK = 0xFFFFFFFF
 _NOT_IN_STRIDE = SYN | FIN | RST  # flags that send a data segment down the reference path
@@ -58,8 +59,6 @@ class _Flow:
                  "src_port", "tuple_key")
 
     def __init__(self, src_ip: str, src_port: int, dst_ip: str, dst_port: int, pair: _Pair, ignored: bool):
-        from netcapture.tcp import Endpoint
-
         self.src_ip, self.src_port, self.dst_ip, self.dst_port = src_ip, src_port, dst_ip, dst_port
         self.src, self.dst = Endpoint(src_ip, src_port), Endpoint(dst_ip, dst_port)
         self.tuple_key = (self.src, self.dst)
@@ -79,7 +78,7 @@ class _Feeder:
         self.batches = batches
         self.flows: list[_Flow] = []
         self.pairs: dict[frozenset, _Pair] = {}
-        from netcapture.scapy_backend import OWN_FRAMES_FROM
+        from netcapture.scapy_backend import OWN_FRAMES_FROM  # here: scapy_backend imports this module
 
         # Deliveries may be skipped only when frames_from is the decoder's own.
         self.may_skip = type(decoder).frames_from is OWN_FRAMES_FROM

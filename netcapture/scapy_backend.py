@@ -1,10 +1,22 @@
 """The default backend: decode a capture in this process.
 
-Packets come from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
-:mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
-dissectors for the rest), TCP is
-reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
-:mod:`netcapture.http2`, gRPC messages split by :mod:`netcapture.grpc`.
+Two paths read the packets, with the same result (``bench/decode_check.py``,
+``tests/test_netcapture_fastpath.py``):
+
+- the fast path (:mod:`netcapture.fastpath`), for a classic pcap, plain or gzip, of the
+  common link types: compiled kernels index records and headers in place
+  (:mod:`netcapture.pcapindex`, :mod:`netcapture.pcapbatch`), acknowledgements and
+  in-sequence data of HTTP/2 connections go straight into reassembly, every other packet
+  into :meth:`_Decoder.segment`;
+- the reference path (``decode(fast=False)``, and whatever the fast path does not take:
+  pcapng, other link types, the tail after a cut or corrupt record, a damaged gzip file):
+  packets from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
+  :mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
+  dissectors for the rest), one at a time into :meth:`_Decoder.segment`.
+
+TCP is reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
+:mod:`netcapture.http2` (a large DATA frame's payload kept only where the gRPC layer reads
+it, :meth:`_Decoder.body_needs`), gRPC messages split by :mod:`netcapture.grpc`.
 
 Which connections are HTTP/2: those whose client (the side that sent the SYN, or else the
 side whose byte stream starts so) opens with the 24-byte connection preface; and, in a
