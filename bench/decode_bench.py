@@ -1,25 +1,44 @@
-"""Decode speed of netcapture's backends: ``python bench/decode_bench.py``.
+"""Decode speed of netcapture's backends: ``python bench/decode_bench.py [--baseline DIR]``.
 
-Both backends read the same capture, the largest bundled one by default, in two forms: as
-bundled (gzip) and decompressed to a temporary pcap, so that the cost of gzip shows. Each
-figure is the best and the median of ``--repeat`` full ``read_capture`` calls; MB/s are
-megabytes (10^6 bytes) of uncompressed capture per second. The stages of the scapy backend
-are timed too: reading packets, decoding headers with the ``struct`` decoder, and with
-scapy's dissectors (on the first 5,000 packets, for comparison). By default two captures are
-timed: the largest, and the one with the most packets (MB/s fall with the packet size).
-Writes ``bench/results/decode.json``.
+By default three bundled captures are timed: the largest (large packets), the one with the
+most packets (small packets) and the one with the most workers (several connections at once);
+each decompressed to a temporary pcap ("plain") and as bundled ("gzip"). MB/s are megabytes
+(10^6 bytes) of uncompressed capture per second; each figure is the best and the median of
+``--repeat`` full :func:`netcapture.read_capture` calls, records included. Per capture:
+
+- ``scapy_fast``: the default backend as it runs (its fast path, :mod:`netcapture.fastpath`);
+  ``scapy_reference``: the same backend's reference path (``fast=False``: scapy's reader,
+  one packet at a time), on which the fast path is checked; ``tshark``: the tshark backend;
+- ``baseline`` (with ``--baseline DIR``): the default backend of another source tree (e.g. a
+  checkout of the commit before a change), timed in a child process in the same run, so that
+  the ratio ``speedup_vs_baseline`` compares like with like;
+- ``stages``: the fast path's compiled index pass alone (records, headers, flows over the
+  whole file), and the reference path's reading and ``struct`` header decoding;
+- ``peak_rss_mib``: the peak RSS of a child process decoding the plain capture (fast path);
+- ``profile``: the functions with the most own time in one fast decode (cProfile, whose
+  overhead inflates Python's share), which say what limits the rate.
+
+``first_call`` says what the first decode in a process costs: importing netcapture, numba's
+compilation of the kernels (with an empty cache, as after a fresh checkout) and loading them
+from numba's on-disk cache (every later process). Writes ``bench/results/decode.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gzip
 import itertools
+import json
 import os
 import platform
+import pstats
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,20 +48,45 @@ from timing import time_calls  # noqa: E402
 
 from calibration.runmatch import run_server_ports  # noqa: E402
 from netcapture import read_capture  # noqa: E402
+from netcapture.capture import assemble  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
-from netcapture.pcap import PcapWriter, iter_packets  # noqa: E402
+from netcapture.pcap import PcapReader, PcapWriter, iter_packets  # noqa: E402
 from tfbase.fileio import write_json  # noqa: E402
 from tfbase.machine import cpu_model  # noqa: E402
 
 CAPTURES = ROOT / "data" / "captures"
 SCAPY_SAMPLE = 5_000  # scapy's dissectors take ~1 ms a packet: time a sample
+PROFILE_TOP = 8  # functions listed per capture
+FIRST_CALL_CAPTURE = CAPTURES / "tiny_lo" / "capture.pcap.gz"
+MIB = 1 << 20
+
+# A child process: time read_capture from the source tree argv[1] on argv[2] (ports argv[3], a
+# comma list or "-"), argv[4] times; print the times and its peak RSS as JSON. The peak is the
+# kernel's VmHWM of the process since it started its program: wait4's ru_maxrss would count
+# the pages of the (large) benchmark process it was forked from.
+_CHILD = """
+import json, sys, time, warnings
+sys.path.insert(0, sys.argv[1])
+started = time.perf_counter()
+from netcapture import read_capture
+imported = time.perf_counter() - started
+ports = None if sys.argv[3] == "-" else {int(p) for p in sys.argv[3].split(",")}
+times = []
+for _ in range(int(sys.argv[4])):
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        read_capture(sys.argv[2], server_ports=ports)
+    times.append(time.perf_counter() - started)
+peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(json.dumps({"import_s": imported, "times_s": times, "peak_rss_bytes": peak}))
+"""
 
 
-def largest_capture() -> Path:
-    """The largest capture (uncompressed) of a completed bundled run (``*.incomplete`` excluded)."""
-    files = [p for p in CAPTURES.glob("*/capture.*")
-             if p.is_file() and not p.parent.name.endswith(".incomplete") and run_dir_of(p) is not None]
-    return max(files, key=uncompressed_bytes)
+def bundled_captures() -> list[Path]:
+    """The capture files of completed bundled runs (``*.incomplete`` excluded)."""
+    return [p for p in sorted(CAPTURES.glob("*/capture.*"))
+            if p.is_file() and not p.parent.name.endswith(".incomplete") and run_dir_of(p) is not None]
 
 
 def uncompressed_bytes(path: Path) -> int:
@@ -62,17 +106,30 @@ def run_dir_of(capture: Path) -> Path | None:
     return None
 
 
+def workers_of(capture: Path) -> int:
+    run = json.loads((run_dir_of(capture) / "run.json").read_text())
+    return len(run.get("cluster", {}).get("worker", []))
+
+
+def default_captures() -> list[Path]:
+    """The largest capture, the one with the most packets, the one with the most workers."""
+    files = bundled_captures()
+    packets = {p: sum(1 for _ in iter_packets(p)) for p in files}
+    chosen = [max(files, key=uncompressed_bytes), max(files, key=packets.get),
+              max(files, key=lambda p: (workers_of(p), packets[p]))]
+    return list(dict.fromkeys(chosen))
+
+
 def _seconds(function, repeat: int) -> dict[str, float]:
     best, median = time_calls(function, repeat)
     return {"best_s": best, "median_s": median}
+
 
 def _rate(times: dict[str, float], megabytes: float) -> dict[str, float]:
     return {**times, "mb_per_s_best": megabytes / times["best_s"], "mb_per_s_median": megabytes / times["median_s"]}
 
 
 def _tshark_version() -> str | None:
-    import subprocess
-
     if shutil.which("tshark") is None:
         return None
     out = subprocess.run(["tshark", "--version"], capture_output=True, text=True).stdout
@@ -88,8 +145,50 @@ def _write_head(source: Path, target: Path, count: int) -> None:
             writer.write(packet.time_ns, packet.data)
 
 
-def bench_capture(capture_path: Path, repeat: int) -> dict[str, object]:
-    """Time both backends (and the scapy backend's stages) on one capture."""
+def _decode(path: Path, backend: str, ports, fast: bool = True):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if backend == "scapy" and not fast:
+            from netcapture import scapy_backend
+
+            return assemble(scapy_backend.decode(path, None if ports is None else frozenset(ports), fast=False))
+        return read_capture(path, backend, server_ports=ports)
+
+
+def _child(tree: Path, path: Path, ports, repeat: int, env: dict | None = None) -> dict:
+    """Run :data:`_CHILD`; return its JSON."""
+    argv = [sys.executable, "-c", _CHILD, str(tree), str(path),
+            "-" if ports is None else ",".join(str(p) for p in sorted(ports)), str(repeat)]
+    done = subprocess.run(argv, stdout=subprocess.PIPE, cwd=tree, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"the child decoding {path} with {tree} failed")
+    return json.loads(done.stdout)
+
+
+def _profile(path: Path, ports) -> list[dict]:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    _decode(path, "scapy", ports)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = sum(row[2] for row in stats.stats.values())  # own time of every function
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:PROFILE_TOP]
+    top = []
+    for (file, line, name), (_, calls, own, _, _) in rows:
+        where = f"{Path(file).relative_to(ROOT)}:{line}" if file.startswith(str(ROOT)) else Path(file).name
+        top.append({"function": f"{where}({name})", "calls": calls, "own_s": round(own, 4),
+                    "share": round(own / total, 3)})
+    return top
+
+
+def _index_only(path: Path) -> None:
+    from netcapture.pcapbatch import BatchReader
+
+    BatchReader(path, PcapReader(path)).run(lambda batch: None, lambda packet: None)
+
+
+def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dict[str, object]:
+    """Time the backends, stages, memory and profile of one capture (module docstring)."""
     run_dir = run_dir_of(capture_path)
     ports = run_server_ports(run_dir) if run_dir is not None else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -102,70 +201,113 @@ def bench_capture(capture_path: Path, repeat: int) -> dict[str, object]:
         else:
             shutil.copyfile(capture_path, plain)
         megabytes = plain.stat().st_size / 1e6
-        packets = list(iter_packets(plain))
-        reference = read_capture(plain, "scapy", server_ports=ports)
+        packet_count = sum(1 for _ in iter_packets(plain))
+        decoded = _decode(plain, "scapy", ports)
         result: dict = {
             "capture": str(capture_path.relative_to(ROOT) if capture_path.is_relative_to(ROOT) else capture_path),
+            "workers": workers_of(capture_path) if run_dir is not None else None,
             "capture_mb": round(megabytes, 3), "file_mb": round(capture_path.stat().st_size / 1e6, 3),
-            "packets": len(packets), "mean_packet_bytes": round(megabytes * 1e6 / len(packets)),
-            "http2_frames": len(reference.frames), "streams": len(reference.streams),
-            "repeat": repeat, "backends": {}, "scapy_stages": {},
+            "packets": packet_count, "mean_packet_bytes": round(megabytes * 1e6 / packet_count),
+            "http2_frames": len(decoded.frames), "streams": len(decoded.streams),
+            "repeat": repeat, "backends": {}, "stages": {},
         }
-        backends = ["scapy"] + (["tshark"] if shutil.which("tshark") else [])
-        for backend in backends:
-            for label, path in (("gzip", capture_path), ("plain", plain)):
-                def decode(path=path, backend=backend):
-                    return read_capture(path, backend, server_ports=ports)
+        del decoded  # nothing large stays alive while timing: the collector would walk it
+        runs = [("scapy_fast", "scapy", True), ("scapy_reference", "scapy", False)]
+        if shutil.which("tshark"):
+            runs.append(("tshark", "tshark", True))
+        for name, backend, fast in runs:
+            for label, path in (("plain", plain), ("gzip", capture_path)):
+                def decode(path=path, backend=backend, fast=fast):
+                    return _decode(path, backend, ports, fast)
 
-                times = _seconds(decode, repeat)
-                result["backends"][f"{backend}_{label}"] = _rate(times, megabytes)
-        if "tshark" in backends:
+                result["backends"][f"{name}_{label}"] = _rate(_seconds(decode, repeat), megabytes)
+        if baseline is not None:
+            for label, path in (("plain", plain), ("gzip", capture_path)):
+                times = _child(baseline, path, ports, repeat)["times_s"]
+                result["backends"][f"baseline_{label}"] = _rate(
+                    {"best_s": min(times), "median_s": sorted(times)[len(times) // 2]}, megabytes)
+        backends = result["backends"]
+        for label in ("plain", "gzip"):
+            fast = backends[f"scapy_fast_{label}"]["median_s"]
+            result[f"speedup_vs_reference_{label}"] = round(backends[f"scapy_reference_{label}"]["median_s"] / fast, 2)
+            if baseline is not None:
+                result[f"speedup_vs_baseline_{label}"] = round(backends[f"baseline_{label}"]["median_s"] / fast, 2)
+        if "tshark_plain" in backends:
             # tshark's start-up (dissectors, the .proto) is a fixed cost; measure it on the
             # first 100 packets and report the rate without it.
             head = Path(tmp) / "head.pcap"
             _write_head(plain, head, 100)
             fixed = _seconds(lambda: read_capture(head, "tshark", server_ports=ports, require_http2=False),
                              repeat)["median_s"]
-            tshark = result["backends"]["tshark_plain"]
             result["tshark_startup_s"] = fixed
-            result["tshark_plain_mb_per_s_without_startup"] = megabytes / max(tshark["median_s"] - fixed, 1e-9)
-        stages = result["scapy_stages"]
-        stages["read_packets"] = _rate(_seconds(lambda: sum(1 for _ in iter_packets(plain)), repeat), megabytes)
-        stages["headers_struct"] = _rate(_seconds(lambda: [decode_tcp(p.linktype, p.data) for p in packets],
-                                                  repeat), megabytes)
-        stages["headers_struct"]["us_per_packet"] = stages["headers_struct"]["best_s"] / len(packets) * 1e6
+            result["tshark_plain_mb_per_s_without_startup"] = megabytes / max(
+                backends["tshark_plain"]["median_s"] - fixed, 1e-9)
+        stages = result["stages"]
+        stages["fast_index_pass"] = _rate(_seconds(lambda: _index_only(plain), repeat), megabytes)
+        stages["reference_read_packets"] = _rate(_seconds(lambda: sum(1 for _ in iter_packets(plain)), repeat),
+                                                 megabytes)
+        packets = list(iter_packets(plain))
+        stages["reference_headers_struct"] = _rate(
+            _seconds(lambda: [decode_tcp(p.linktype, p.data) for p in packets], repeat), megabytes)
         decode_tcp_scapy(packets[0].linktype, packets[0].data)  # import scapy outside the timing
         sample = packets[:SCAPY_SAMPLE]
         scapy_headers = _seconds(lambda: [decode_tcp_scapy(p.linktype, p.data) for p in sample], 1)
-        stages["headers_scapy_dissectors"] = {
+        stages["reference_headers_scapy_dissectors"] = {
             "packets": len(sample), "best_s": scapy_headers["best_s"],
             "us_per_packet": scapy_headers["best_s"] / len(sample) * 1e6,
             "mb_per_s": sum(len(p.data) for p in sample) / 1e6 / scapy_headers["best_s"]}
+        packets = sample = None
+        result["peak_rss_mib"] = round(_child(ROOT, plain, ports, 1)["peak_rss_bytes"] / MIB, 1)
+        result["profile"] = _profile(plain, ports)
     for name, figures in result["backends"].items():
-        print(f"{result['capture']}: {name:14s} {figures['mb_per_s_median']:8.1f} MB/s  "
-              f"({figures['median_s']:.3f} s for {megabytes:.1f} MB, {len(packets)} packets)")
+        print(f"{result['capture']}: {name:22s} {figures['mb_per_s_median']:8.1f} MB/s  "
+              f"({figures['median_s']:.3f} s for {megabytes:.1f} MB, {result['packets']} packets)")
+    print(f"{result['capture']}: peak RSS {result['peak_rss_mib']} MiB")
     return result
 
 
-def most_packets_capture() -> Path:
-    files = [p for p in CAPTURES.glob("*/capture.*")
-             if p.is_file() and not p.parent.name.endswith(".incomplete") and run_dir_of(p) is not None]
-    return max(files, key=lambda p: sum(1 for _ in iter_packets(p)))
+def first_call() -> dict[str, float]:
+    """What the first decode in a process costs: numba compiling, or loading, the kernels."""
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "capture.pcap"
+        with gzip.open(FIRST_CALL_CAPTURE, "rb") as source, open(plain, "wb") as target:
+            shutil.copyfileobj(source, target)
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        cold = _child(ROOT, plain, None, 2, env)
+        warm = _child(ROOT, plain, None, 2, env)
+    return {"capture": str(FIRST_CALL_CAPTURE.relative_to(ROOT)), "import_netcapture_s": round(warm["import_s"], 3),
+            "peak_rss_mib": round(warm["peak_rss_bytes"] / MIB, 1),
+            "first_call_empty_cache_s": round(cold["times_s"][0], 3),
+            "first_call_cached_s": round(warm["times_s"][0], 3), "later_call_s": round(warm["times_s"][1], 3),
+            "numba_compile_s": round(cold["times_s"][0] - warm["times_s"][0], 3)}
+
+
+def _tree_commit(tree: Path) -> str | None:
+    out = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capture", type=Path, action="append",
-                        help="capture file, repeatable (default: the largest bundled capture, and the one with "
-                             "the most packets if that is another)")
+                        help="capture file, repeatable (default: the largest bundled capture, the one with the most "
+                             "packets and the one with the most workers)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", type=Path,
+                        help="a source tree (e.g. a checkout of an earlier commit) whose default backend is timed too")
+    parser.add_argument("--baseline-label", help="what the baseline is (default: its git commit, if it has one)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "decode.json")
     args = parser.parse_args(argv)
 
-    captures = args.capture or list(dict.fromkeys([largest_capture(), most_packets_capture()]))
-    runs = [bench_capture(path, args.repeat) for path in captures]
+    captures = args.capture or default_captures()
+    started = time.time()
+    runs = [bench_capture(path, args.repeat, args.baseline) for path in captures]
     write_json(args.out, {
-        "largest": runs[0], "others": runs[1:],
+        "captures": runs,
+        "first_call": first_call(),
+        "baseline": None if args.baseline is None else {
+            "label": args.baseline_label or _tree_commit(args.baseline) or str(args.baseline)},
+        "date": time.strftime("%Y-%m-%d", time.localtime(started)),
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "tshark": _tshark_version()},
     })

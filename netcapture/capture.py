@@ -6,7 +6,8 @@
 
 Backends (same records from both; the tests hold them to frame-for-frame agreement):
 
-- ``"scapy"`` (default): decodes in this process (:mod:`netcapture.scapy_backend`).
+- ``"scapy"`` (default): decodes in this process (:mod:`netcapture.scapy_backend`; classic
+  pcap through compiled kernels, :mod:`netcapture.fastpath`).
 - ``"tshark"``: Wireshark's dissectors do TCP reassembly, HTTP/2, HPACK, gRPC and the
   RecvTensor protobuf fields (:mod:`netcapture.tshark_backend`); needs ``tshark``.
 

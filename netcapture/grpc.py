@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 
 from netcapture.errors import MalformedFrame, NeedMoreData
+from netcapture.sparse import SparseBytes
 
 GRPC_PREFIX_BYTES = 5
 RECV_TENSOR_PATH = "/tensorflow.WorkerService/RecvTensor"
@@ -37,6 +38,8 @@ RECV_TENSOR_PATH = "/tensorflow.WorkerService/RecvTensor"
 MAX_KEPT_REQUEST_BYTES = 64 << 10
 # Response header: a few dozen bytes; TensorShapeProto of an 8-dimensional tensor stays < 200.
 RESPONSE_PREFIX_BYTES = 1024
+# The most a deframer keeps of a message (keep_bytes_for, or a request read without headers).
+MAX_KEEP_BYTES = max(MAX_KEPT_REQUEST_BYTES, RESPONSE_PREFIX_BYTES)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,16 +104,22 @@ class GrpcDeframer:
         """True between the first byte of a message and its last."""
         return self._remaining >= 0 or bool(self._prefix)
 
-    def feed(self, data: bytes) -> list[tuple[int, bool, bytes]]:
+    def cursor(self) -> NeedCursor:
+        """A :class:`NeedCursor` in this deframer's state: which of the stream's next bytes it will read."""
+        return NeedCursor(self._keep, bytes(self._prefix), self._remaining, len(self._kept))
+
+    def feed(self, data: bytes | SparseBytes) -> list[tuple[int, bool, bytes]]:
         """Take a stream's next DATA bytes; return the gRPC messages they complete, each as
         (length, compressed, its first bytes). Consumes all of ``data``; a message split across
-        calls is completed by a later one."""
+        calls is completed by a later one. ``data`` may be a :class:`SparseBytes` that kept
+        what a :class:`NeedCursor` in this deframer's state asked for."""
         done = []
         position, size = 0, len(data)
+        take_bytes = data.read if isinstance(data, SparseBytes) else lambda start, stop: data[start:stop]
         while position < size:
             if self._remaining < 0:
                 take = min(GRPC_PREFIX_BYTES - len(self._prefix), size - position)
-                self._prefix += data[position: position + take]
+                self._prefix += take_bytes(position, position + take)
                 position += take
                 if len(self._prefix) < GRPC_PREFIX_BYTES:
                     break
@@ -124,13 +133,82 @@ class GrpcDeframer:
                 self._kept.clear()
             take = min(self._remaining, size - position)
             if len(self._kept) < self._keep:
-                self._kept += data[position: position + min(take, self._keep - len(self._kept))]
+                self._kept += take_bytes(position, position + min(take, self._keep - len(self._kept)))
             position += take
             self._remaining -= take
             if self._remaining == 0:
                 done.append((self._length, self._compressed, bytes(self._kept)))
                 self._remaining = -1
         return done
+
+
+class NeedCursor:
+    """Which bytes of a stream's DATA a :class:`GrpcDeframer` will read, told as they arrive.
+
+    It follows the deframer's state machine (message prefixes, lengths, the bytes kept) without
+    keeping anything, so that a frame splitter can skip the rest of a large DATA frame unread
+    (:mod:`netcapture.sparse`). A cursor with a larger ``keep`` than the deframer that will
+    read the bytes asks for a superset of what it reads, which is what a splitter needs when it
+    cannot know yet which deframer that will be. ``dead``: nothing more will be read (the
+    stream is not decoded, or its framing is broken).
+    """
+
+    __slots__ = ("dead", "keep", "kept", "prefix", "remaining")
+
+    def __init__(self, keep: int, prefix: bytes = b"", remaining: int = -1, kept: int = 0, dead: bool = False):
+        self.keep = keep
+        self.prefix = prefix
+        self.remaining = remaining  # body bytes of the current message still to come; -1: in a prefix
+        self.kept = kept
+        self.dead = dead
+
+    def needed(self, data, limit: int) -> list[tuple[int, int]] | None:
+        """Take the stream's next bytes ``data``; return the ranges of them the deframer will read,
+        or ``None`` if they are more than ``limit`` (then the cursor's state is undefined)."""
+        ranges: list[tuple[int, int]] = []
+        position, size = 0, len(data)
+        while position < size and not self.dead:
+            if len(ranges) >= limit:
+                return None
+            if self.remaining < 0:
+                take = min(GRPC_PREFIX_BYTES - len(self.prefix), size - position)
+                ranges.append((position, position + take))
+                self.prefix += bytes(data[position: position + take])
+                position += take
+                if len(self.prefix) < GRPC_PREFIX_BYTES:
+                    break
+                if self.prefix[0] > 1:  # the deframer raises MalformedFrame here and reads no further
+                    self.dead = True
+                    break
+                self.remaining = int.from_bytes(self.prefix[1:5], "big")
+                self.prefix = b""
+                self.kept = 0
+            take = min(self.remaining, size - position)
+            if self.kept < self.keep:
+                kept = min(take, self.keep - self.kept)
+                ranges.append((position, position + kept))
+                self.kept += kept
+            position += take
+            self.remaining -= take
+            if self.remaining == 0:
+                self.remaining = -1
+        return ranges
+
+    def unneeded_bytes(self) -> int:
+        """How many of the next bytes the deframer certainly will not read (``-1``: none of them)."""
+        if self.dead:
+            return -1
+        if self.remaining > 0 and self.kept >= self.keep:
+            return self.remaining
+        return 0
+
+    def skip(self, count: int) -> None:
+        """Pass over ``count`` bytes, at most :meth:`unneeded_bytes` of them."""
+        if self.dead:
+            return
+        self.remaining -= count
+        if self.remaining == 0:
+            self.remaining = -1
 
 
 # -- protobuf wire format -----------------------------------------------------------------

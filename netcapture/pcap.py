@@ -73,6 +73,9 @@ PCAP_MAGICS = {
 MAX_RECORD_BYTES = 16 << 20
 # scapy's pcap reader reads at most this much of one record and skips the rest.
 MAX_PCAP_RECORD_BYTES = 4 * MTU
+_READ_BUFFER_BYTES = 1 << 18  # file reads (and gzip's output) go through a buffer this large
+PCAP_FILE_HEADER_BYTES = 24
+PCAP_RECORD_HEADER_BYTES = 16
 
 # Link types (LINKTYPE_* values of the pcap/pcapng specification) the decoders know.
 LINKTYPE_NULL = 0
@@ -304,8 +307,8 @@ def open_capture(path: str | os.PathLike) -> BinaryIO:
             compressed = probe.read(2) == GZIP_MAGIC
         if compressed:
             # GzipFile.read is slow for many small reads; a C buffer in front of it is not.
-            return io.BufferedReader(_GzipStream(path), buffer_size=1 << 18)  # type: ignore[return-value]
-        return open(path, "rb", buffering=1 << 18)
+            return io.BufferedReader(_GzipStream(path), buffer_size=_READ_BUFFER_BYTES)  # type: ignore[return-value]
+        return open(path, "rb", buffering=_READ_BUFFER_BYTES)
     except OSError as exc:
         raise MalformedCapture(path, f"cannot open: {exc.strerror or exc}") from None
 
@@ -330,38 +333,63 @@ class PcapReader:
 
     def __iter__(self) -> Iterator[RawPacket]:
         with open_capture(self.path) as handle:
-            try:
-                head = handle.read(4)
-                source = _Source(handle, head)
-                if head in PCAP_MAGICS:
-                    self.format = "pcap"
-                    yield from self._pcap(source, PCAP_MAGICS[head])
-                elif head == PCAPNG_MAGIC:
-                    self.format = "pcapng"
-                    yield from self._pcapng(source)
-                elif len(head) < 4:
-                    raise MalformedCapture(self.path, "empty or too short to be a pcap/pcapng capture")
-                else:
-                    raise MalformedCapture(self.path, f"not a pcap or pcapng capture (starts with {head.hex()})")
-            except EOFError:
-                raise self._truncated("the gzip stream ends early") from None
-            except _RecordTooLarge as exc:
-                raise self._damaged(None, f"a record after {self.packets_read} packets claims {exc} bytes") from None
-            except _BadRecord as exc:
-                raise self._damaged(None, f"after {self.packets_read} packets: {exc}") from None
-            except (OSError, zlib.error) as exc:
-                raise self._corrupt(exc) from None
+            yield from self._classify_stops(self._read(handle))
+
+    def resume_pcap(self, header: bytes, boundary: int) -> Iterator[RawPacket]:
+        """Read on from byte ``boundary`` of the plain (not compressed) classic pcap at
+        :attr:`path`, whose first :attr:`packets_read` packets were read by other means (the fast
+        reader of :mod:`netcapture.pcapbatch`), ``header`` being its 24-byte file header.
+
+        Everything from there on (the packets, a cut or corrupt tail, a second capture's file
+        header) is read and reported exactly as :meth:`__iter__` would, with the same packet
+        numbers and byte offsets.
+        """
+        with open(self.path, "rb", buffering=_READ_BUFFER_BYTES) as handle:
+            handle.seek(boundary)
+            source = _Source(handle, header)
+            source.position = boundary - len(header)  # offsets in messages stay the file's
+            yield from self._classify_stops(self._pcap(source, PCAP_MAGICS[header[:4]], describe=False))
+
+    def _read(self, handle: BinaryIO) -> Iterator[RawPacket]:
+        head = handle.read(4)
+        source = _Source(handle, head)
+        if head in PCAP_MAGICS:
+            self.format = "pcap"
+            yield from self._pcap(source, PCAP_MAGICS[head])
+        elif head == PCAPNG_MAGIC:
+            self.format = "pcapng"
+            yield from self._pcapng(source)
+        elif len(head) < 4:
+            raise MalformedCapture(self.path, "empty or too short to be a pcap/pcapng capture")
+        else:
+            raise MalformedCapture(self.path, f"not a pcap or pcapng capture (starts with {head.hex()})")
+
+    def _classify_stops(self, packets: Iterator[RawPacket]) -> Iterator[RawPacket]:
+        """``packets``, with the internal reasons reading can stop turned into capture errors."""
+        try:
+            yield from packets
+        except EOFError:
+            raise self._truncated("the gzip stream ends early") from None
+        except _RecordTooLarge as exc:
+            raise self._damaged(None, f"a record after {self.packets_read} packets claims {exc} bytes") from None
+        except _BadRecord as exc:
+            raise self._damaged(None, f"after {self.packets_read} packets: {exc}") from None
+        except (OSError, zlib.error) as exc:
+            raise self._corrupt(exc) from None
 
     # -- pcap -----------------------------------------------------------------------------
 
-    def _pcap(self, source: _Source, ns_per_tick: int) -> Iterator[RawPacket]:
+    def _pcap(self, source: _Source, ns_per_tick: int, describe: bool = True) -> Iterator[RawPacket]:
+        """The records of a classic pcap whose file header ``source`` starts with. ``describe``:
+        add its interface to :attr:`interfaces` (not when resuming a file already described)."""
         _REASONS.take()
         try:
             reader = RawPcapReader(source)
         except Scapy_Exception:
             raise self._stopped(source, 0, "the file header") from None
         linktype = reader.linktype & 0x0FFFFFF  # the upper bits may carry FCS information
-        self.interfaces.append(Interface(linktype, reader.snaplen, 1_000_000_000 // ns_per_tick))
+        if describe:
+            self.interfaces.append(Interface(linktype, reader.snaplen, 1_000_000_000 // ns_per_tick))
         boundary = source.position
         while True:
             number = self.packets_read + 1

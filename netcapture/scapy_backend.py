@@ -1,10 +1,22 @@
 """The default backend: decode a capture in this process.
 
-Packets come from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
-:mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
-dissectors for the rest), TCP is
-reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
-:mod:`netcapture.http2`, gRPC messages split by :mod:`netcapture.grpc`.
+Two paths read the packets, with the same result (``bench/decode_check.py``,
+``tests/test_netcapture_fastpath.py``):
+
+- the fast path (:mod:`netcapture.fastpath`), for a classic pcap, plain or gzip, of the
+  common link types: compiled kernels index records and headers in place
+  (:mod:`netcapture.pcapindex`, :mod:`netcapture.pcapbatch`), acknowledgements and
+  in-sequence data of HTTP/2 connections go straight into reassembly, every other packet
+  into :meth:`_Decoder.segment`;
+- the reference path (``decode(fast=False)``, and whatever the fast path does not take:
+  pcapng, other link types, the tail after a cut or corrupt record, a damaged gzip file):
+  packets from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
+  :mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
+  dissectors for the rest), one at a time into :meth:`_Decoder.segment`.
+
+TCP is reassembled by :mod:`netcapture.tcp`, HTTP/2 framed and HPACK-decoded by
+:mod:`netcapture.http2` (a large DATA frame's payload kept only where the gRPC layer reads
+it, :meth:`_Decoder.body_needs`), gRPC messages split by :mod:`netcapture.grpc`.
 
 Which connections are HTTP/2: those whose client (the side that sent the SYN, or else the
 side whose byte stream starts so) opens with the 24-byte connection preface; and, in a
@@ -33,15 +45,18 @@ number after ``REUSE_IDLE_S`` of silence) starts a new connection, told apart by
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
 from netcapture.backend import BackendResult, DirectionLoss
 from netcapture.errors import CorruptTail, MalformedFrame, TruncatedCapture
 from netcapture.grpc import (
+    MAX_KEEP_BYTES,
     MAX_KEPT_REQUEST_BYTES,
     RECV_TENSOR_PATH,
     GrpcDeframer,
+    NeedCursor,
     describe_message,
     keep_bytes_for,
     looks_like_recv_tensor_request,
@@ -226,6 +241,7 @@ class _Connection:
         for direction, from_client in ((client, True), (server, False)):
             direction.from_client = from_client
             direction.splitter = FrameSplitter(expect_preface=from_client, synchronised=not mid_stream)
+            direction.splitter.body_needs = functools.partial(self.backend.body_needs, direction)
             direction.decoder = DirectionDecoder()
             if mid_stream:
                 direction.decoder.lose_header_blocks()
@@ -320,6 +336,30 @@ class _Decoder:
             self.damaged_streams.update((direction.connection.id, s) for s in direction.open_streams)
             direction.open_streams.clear()
 
+    def body_needs(self, direction: _Direction, stream_id: int) -> NeedCursor | None:
+        """Which of ``stream_id``'s next DATA bytes in ``direction`` :meth:`_grpc` will read, for the
+        frame splitter (:attr:`netcapture.http2.FrameSplitter.body_needs`); ``None`` if none.
+
+        Asked when a large DATA frame's header has been cut and every frame before it decoded.
+        Until that frame is decoded, only this direction's frames could change what is looked
+        at here (and a loss makes the frame damaged, its payload unread), so the answer holds:
+        the stream's deframer, or none when :meth:`_grpc` would return before making one (the
+        stream's HEADERS were not seen here; its headers were read and are not gRPC). What the
+        other direction may still change (the request's path and gRPC declaration) only
+        decides how much a new deframer keeps, so a new one is taken to keep the most any does.
+        """
+        deframer = direction.deframers.get(stream_id, ...)
+        if deframer is None:
+            return None
+        if deframer is not ...:
+            return deframer.cursor()
+        if stream_id not in direction.header_frames:
+            return None
+        if stream_id not in direction.grpc_streams and not (direction.decoder.table_uncertain
+                                                            and stream_id not in direction.decoded_headers):
+            return None
+        return NeedCursor(MAX_KEEP_BYTES)
+
     def frames_from(self, direction: _Direction, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         """Frame ``data``, the direction's bytes from stream ``offset`` on (the lab's timeline
         wraps this to learn when each frame's first byte came)."""
@@ -329,7 +369,7 @@ class _Decoder:
         splitter = direction.splitter
         was_synchronised = splitter.synchronised
         try:
-            raws = splitter.feed(data)
+            raws = splitter.cut(data)  # each frame decoded before the next is cut (FrameSplitter.body_needs)
         except MalformedFrame as exc:
             self.warn(f"{direction.src} -> {direction.dst}: {exc.problem}; the rest of this direction is not decoded")
             direction.broken = True
@@ -374,12 +414,13 @@ class _Decoder:
             direction.deframers.pop(raw.stream_id, None)
             direction.grpc_streams.discard(raw.stream_id)
             direction.open_streams.discard(raw.stream_id)
-        fields = {} if details is None else {
-            "data_bytes": details.data_bytes, "headers": details.headers, "settings": details.settings,
-            "window_increment": details.window_increment, "ping_opaque": details.ping_opaque,
-            "error_code": details.error_code, "last_stream_id": details.last_stream_id}
+        if details is None:
+            return Http2Frame(packet_number, time_ns, connection.id, direction.from_client, raw.type, raw.flags,
+                              raw.stream_id, raw.length, grpc_messages=messages, damaged=raw.damaged)
         return Http2Frame(packet_number, time_ns, connection.id, direction.from_client, raw.type, raw.flags,
-                          raw.stream_id, raw.length, grpc_messages=messages, damaged=raw.damaged, **fields)
+                          raw.stream_id, raw.length, details.data_bytes, details.headers, details.settings,
+                          details.window_increment, details.ping_opaque, details.error_code, details.last_stream_id,
+                          messages, raw.damaged)
 
     def _grpc(self, direction: _Direction, raw: RawFrame, packet_number: int) -> tuple:
         stream, connection = raw.stream_id, direction.connection
@@ -426,28 +467,75 @@ class _Decoder:
         return self.retired + list(self.connections.values())
 
 
-def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, strict: bool = False) -> BackendResult:
-    """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet."""
+# The decoder's own frames_from: while another is in its place (the lab's timeline wraps it to
+# see every delivery), the fast path skips none (netcapture.fastpath).
+OWN_FRAMES_FROM = _Decoder.frames_from
+
+
+class _PacketLoop:
+    """The reference path's reading: one :class:`~netcapture.pcap.RawPacket` at a time through
+    :func:`~netcapture.layers.decode_tcp`; and what reading leaves for the end of decoding."""
+
+    def __init__(self, decoder: _Decoder, path: Path):
+        self.decoder = decoder
+        self.path = path
+        self.reader = PcapReader(path)
+        self.last_number, self.last_time = 0, 0
+        self.non_tcp = 0
+
+    def packet(self, packet) -> None:
+        reader = self.reader
+        check_snaplen(self.path, packet, reader.interfaces[-1].snaplen_bytes if reader.interfaces else None)
+        self.last_number, self.last_time = packet.number, packet.time_ns
+        segment = decode_tcp(packet.linktype, packet.data)
+        if segment is None:
+            self.non_tcp += 1
+            return
+        self.decoder.segment(segment, packet.number, packet.time_ns)
+
+    def read(self, fast: bool) -> None:
+        if fast:
+            from netcapture import fastpath  # imports numpy; numba only when a kernel first runs
+
+            fastpath.read_packets(self.decoder, self.path, self)
+            return
+        for packet in self.reader:
+            self.packet(packet)
+
+
+def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, strict: bool = False,
+           fast: bool = True) -> BackendResult:
+    """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet.
+
+    ``fast``: read through :mod:`netcapture.fastpath` where it applies (a classic pcap, plain
+    or gzip, of a link type :mod:`netcapture.pcapindex` decodes), with the same result as the
+    reference path (``fast=False``: scapy's reader, one packet at a time), which reads
+    everything else.
+    """
     path = Path(path)
+    if fast:
+        from netcapture.pcapbatch import Unavailable
+
+        try:
+            return _decode(path, server_ports, strict, fast=True)
+        except Unavailable:
+            pass  # not a file the fast path reads, or a damaged gzip one: start again
+    return _decode(path, server_ports, strict, fast=False)
+
+
+def _decode(path: Path, server_ports: frozenset[int] | None, strict: bool, fast: bool) -> BackendResult:
     decoder = _Decoder(path, server_ports)
-    reader = PcapReader(path)
+    loop = _PacketLoop(decoder, path)
+    reader = loop.reader
     truncated = False
-    last_number, last_time = 0, 0
-    non_tcp = 0
     try:
-        for packet in reader:
-            check_snaplen(path, packet, reader.interfaces[-1].snaplen_bytes if reader.interfaces else None)
-            last_number, last_time = packet.number, packet.time_ns
-            segment = decode_tcp(packet.linktype, packet.data)
-            if segment is None:
-                non_tcp += 1
-                continue
-            decoder.segment(segment, packet.number, packet.time_ns)
+        loop.read(fast)
     except (TruncatedCapture, CorruptTail) as exc:
         if strict:
             raise
         truncated = True
         decoder.warn(exc.problem)
+    last_number, last_time, non_tcp = loop.last_number, loop.last_time, loop.non_tcp
     decoder.warnings[:0] = reader.notes
     connections = decoder.all_connections()
     for connection in connections:

@@ -452,31 +452,40 @@ class _FlowBuilder:
 
 def build_flow_control(frames: Iterable[Http2Frame]) -> tuple[FlowControlTimeline, ...]:
     """Two :class:`FlowControlTimeline` per connection (client's data, then server's data)."""
-    builders: dict[tuple[ConnectionId, bool], _FlowBuilder] = {}
+    builders: dict[ConnectionId, tuple[_FlowBuilder, _FlowBuilder]] = {}
     for frame in frames:
-        for data_from_client in (True, False):
-            key = (frame.connection, data_from_client)
-            builder = builders.get(key)
-            if builder is None:
-                builder = builders[key] = _FlowBuilder(frame.connection, data_from_client)
-            builder.add(frame)
-    return tuple(b.timeline() for b in builders.values())
+        pair = builders.get(frame.connection)  # one look-up a frame: a ConnectionId hashes its five fields
+        if pair is None:
+            pair = builders[frame.connection] = (_FlowBuilder(frame.connection, True),
+                                                 _FlowBuilder(frame.connection, False))
+        pair[0].add(frame)
+        pair[1].add(frame)
+    return tuple(builder.timeline() for pair in builders.values() for builder in pair)
 
 
 def summarise_connections(frames: Iterable[Http2Frame]) -> tuple[ConnectionSummary, ...]:
     """Per connection: its first and last frame time and its frame counts by type."""
-    spans: dict[ConnectionId, list[float]] = {}
-    counts: dict[ConnectionId, Counter] = {}
+    seen: dict[ConnectionId, list] = {}  # connection -> [first time_ns, last time_ns, {frame type: count}]
     for frame in frames:
-        span = spans.setdefault(frame.connection, [frame.time_s, frame.time_s])
-        span[0], span[1] = min(span[0], frame.time_s), max(span[1], frame.time_s)
-        counts.setdefault(frame.connection, Counter())[frame.type_name] += 1
+        entry = seen.get(frame.connection)
+        time_ns = frame.time_ns
+        if entry is None:
+            seen[frame.connection] = [time_ns, time_ns, {frame.type: 1}]
+            continue
+        if time_ns < entry[0]:
+            entry[0] = time_ns
+        elif time_ns > entry[1]:
+            entry[1] = time_ns
+        counts = entry[2]
+        counts[frame.type] = counts.get(frame.type, 0) + 1
+    decoded = {FRAME_TYPE_NAMES[t] for t in DECODED_TYPES}
     summaries = []
-    for connection, counter in counts.items():
-        skipped = sum(n for name, n in counter.items()
-                      if name not in {FRAME_TYPE_NAMES[t] for t in DECODED_TYPES})
-        summaries.append(ConnectionSummary(connection, spans[connection][0], spans[connection][1],
-                                           sum(counter.values()), tuple(sorted(counter.items())), skipped))
+    for connection, (first_ns, last_ns, by_type) in seen.items():
+        counter = Counter({FRAME_TYPE_NAMES.get(t, f"UNKNOWN_{t}"): n for t, n in by_type.items()})
+        skipped = sum(n for name, n in counter.items() if name not in decoded)
+        # Times as Http2Frame.time_s gives them (the earliest float is the earliest integer's).
+        summaries.append(ConnectionSummary(connection, first_ns / 1e9, last_ns / 1e9, sum(counter.values()),
+                                           tuple(sorted(counter.items())), skipped))
     return tuple(summaries)
 
 
