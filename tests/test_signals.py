@@ -224,3 +224,33 @@ def test_a_signal_raised_inside_a_destructor_still_stops_the_program():
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.strip() == "stopped"
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_interrupt_that_left_an_exec_of_a_string_still_exits_with_the_command_status(tmp_path):
+    # A KeyboardInterrupt leaving exec("...") (dataclasses build methods so while a module is
+    # imported) sets CPython's "unhandled KeyboardInterrupt" flag even though the command then
+    # handles it; run with -m, as `python -m tfsim`, the interpreter would then kill itself with
+    # SIGINT at exit (status -2) instead of exiting with the command's status.
+    (tmp_path / "interrupted_exec.py").write_text(
+        "from tfbase.signals import stop_on_signals\n"
+        "status = 0\n"
+        "with stop_on_signals(then_ignore=True):\n"
+        "    try:\n"
+        "        print('ready', flush=True)\n"
+        "        exec('import time\\ntime.sleep(30)')\n"
+        "    except KeyboardInterrupt:\n"
+        "        status = 130\n"
+        "raise SystemExit(status)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", "interrupted_exec"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err

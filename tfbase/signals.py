@@ -10,6 +10,9 @@
 - A stop signal whose exception the handler raised inside a ``__del__`` or a weakref
   callback (where Python swallows exceptions) is raised again a millisecond later, from a
   SIGALRM timer, so that it is neither lost nor printed as "Exception ignored".
+- A process that handled a SIGINT exits with its command's status (130), even when the
+  KeyboardInterrupt passed through an ``exec`` of a string on its way (see
+  ``_forget_interrupt_seen_by_exec``).
 - :func:`deferred_signals`: a signal that arrives inside is acted on at its end, so that the
   renames committing a run's outputs are never cut in the middle.
 - :func:`child_process_setup`: what a worker process does first: it ignores SIGINT (the
@@ -104,6 +107,18 @@ def stop_on_signals(*, then_ignore: bool = False) -> Iterator[None]:
             signal.signal(sig, signal.SIG_IGN if then_ignore else old)
         sys.unraisablehook = _state["unraisable_hook"]
         _state.update(saved)
+        if then_ignore:
+            _forget_interrupt_seen_by_exec()
+
+
+def _forget_interrupt_seen_by_exec() -> None:
+    """Clear CPython's "unhandled KeyboardInterrupt" flag. ``exec`` or ``eval`` of a string
+    (dataclasses and namedtuple build their methods so, on import) sets it when a
+    KeyboardInterrupt leaves the string's code, even if a caller then handles it, and at exit
+    the interpreter then kills itself with SIGINT instead of exiting with the status the
+    command returned. Each such ``exec`` starts by clearing the flag: one that runs to its end
+    leaves it clear."""
+    exec("None")
 
 
 @contextlib.contextmanager
