@@ -14,6 +14,7 @@ MAX_STEPS = 1_000_000
 MAX_SERVERS = 256
 MAX_WORKER_STEPS = 20_000_000  # W x N of one simulation: its (W, N) arrays take 24 bytes per entry (480 MB)
 MAX_SEED = 2**32 - 1
+MAX_REPLICAS = 100  # independent replications of one configuration; a t interval is tight long before
 MAX_CORES = 100_000.0
 MIN_SPEED, MAX_SPEED = 0.001, 1000.0  # a worker's computation speed relative to the profiled host
 MAX_SPEED_SIGMA = 3.0  # a lognormal wider than this puts workers 1000x apart: not stragglers any more

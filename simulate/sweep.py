@@ -19,6 +19,8 @@ import numpy as np
 from simulate.cluster import ClusterModel
 from simulate.cluster_file import resolve_cluster
 from simulate.config import (
+    MAX_REPLICAS,
+    MAX_SEED,
     MAX_SERVERS,
     MAX_STAGGER,
     MAX_STEPS,
@@ -36,16 +38,16 @@ from simulate.config import (
 )
 from simulate.engine import SimRun, run
 from simulate.prepare import _priorities, prepare
-from simulate.results import efficiency_one_worker, saturation_point, summarise
+from simulate.results import efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, WorkerPool, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfprofile.dag import Profile, Resource
 
 ROW_COLUMNS = (
-    "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "throughput_eps", "ci95_eps",
-    "step_time_s", "step_time_mean_s", "step_time_p95_s", "step_time_by_worker_s", "util_downlink", "util_uplink",
-    "bandwidth_down_Bps",
-    "bandwidth_up_Bps", "steps", "warmup", "batches", "op_events", "efficiency_E", "saturated",
+    "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "replicas", "throughput_eps", "ci95_eps",
+    "throughput_min_eps", "throughput_max_eps", "step_time_s", "step_time_mean_s", "step_time_p95_s",
+    "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps", "bandwidth_up_Bps", "steps",
+    "warmup", "batches", "op_events", "efficiency_E", "saturated",
 )
 
 
@@ -208,7 +210,53 @@ def _traced(arguments: dict) -> SimRun:
 
 
 def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
-    """Simulate one scenario; return its table row. Hybrid sharing averages a PS and an FCFS run."""
+    """Simulate one scenario; return its table row. With ``options["replicas"]`` = K > 1 the
+    scenario is simulated K times, with seeds ``seed``, ``seed + 1``, .. (docs/model.md §5.2):
+    the row's throughput is their mean, its interval their Student t interval, and it gives
+    their range."""
+    replicas = options.get("replicas", 1)
+    if replicas == 1:
+        return _one_replica(profile, cluster, scenario, options)
+    rows = [_one_replica(profile, cluster, scenario, {**options, "seed": options["seed"] + k}) for k in range(replicas)]
+    return combine_replicas(rows, seed=options["seed"])
+
+
+def combine_replicas(rows: Sequence[dict], *, seed: int) -> dict:
+    """One row from the rows of independent replications of a configuration: the mean of each
+    number (each worker's median step time too), the throughput's Student t 95% half-width
+    over the replicas, its range, and the largest step count an adaptive run reached.
+
+    Examples
+    --------
+    >>> rows = [{"throughput_eps": t, "ci95_eps": 1.0, "throughput_min_eps": t, "throughput_max_eps": t,
+    ...          "step_time_by_worker_s": [0.1], "steps": 100, "efficiency_E": None} for t in (90.0, 110.0)]
+    >>> row = combine_replicas(rows, seed=0)
+    >>> row["replicas"], row["throughput_eps"], row["throughput_min_eps"], row["throughput_max_eps"]
+    (2, 100.0, 90.0, 110.0)
+    >>> round(row["ci95_eps"], 1)  # 12.706 x 14.14 / sqrt(2)
+    127.1
+    """
+    throughputs = np.array([row["throughput_eps"] for row in rows], dtype=float)
+    combined = {}
+    for key, first in rows[0].items():
+        values = [row[key] for row in rows]
+        if key == "step_time_by_worker_s":
+            combined[key] = list(np.mean(np.array(values, dtype=float), axis=0))
+        elif key in ("steps", "batches", "op_events"):
+            combined[key] = max(values) if key == "steps" else int(sum(values))
+        elif isinstance(first, (float, np.floating)) and not isinstance(first, bool):
+            combined[key] = float(np.mean(values))
+        else:
+            combined[key] = first
+    k = len(rows)
+    combined.update(seed=seed, replicas=k, throughput_eps=float(throughputs.mean()),
+                    ci95_eps=float(t95(k - 1) * throughputs.std(ddof=1) / math.sqrt(k)),
+                    throughput_min_eps=float(throughputs.min()), throughput_max_eps=float(throughputs.max()))
+    return combined
+
+
+def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
+    """One simulation of a scenario (two for hybrid sharing, averaged): its table row."""
     steps, target = options["steps"], options.get("ci_target")
     while True:
         opts = {**options, "steps": steps, "warmup": min(options["warmup"], steps - 1)}
@@ -230,7 +278,8 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     return {
         "workers": scenario.workers, "servers": graph.n_servers, "mode": scenario.mode.value,
         "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
-        "seed": options["seed"], "throughput_eps": thr, "ci95_eps": ci, "step_time_s": step_time,
+        "seed": options["seed"], "replicas": 1, "throughput_eps": thr, "ci95_eps": ci,
+        "throughput_min_eps": thr, "throughput_max_eps": thr, "step_time_s": step_time,
         "step_time_mean_s": summary.step_time_mean_s, "step_time_p95_s": summary.step_time_p95_s,
         "step_time_by_worker_s": list(summary.step_time_by_worker_s),
         "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
@@ -374,7 +423,7 @@ def sweep_op_events(profile: Profile, scenarios: Sequence[Scenario], options: di
                                     else profile.graph.n_ops + int(np.isin(profile.graph.resource, (
                                         Resource.DOWNLINK, Resource.UPLINK)).sum()))
         total += s.workers * steps * per_step[s.transfer] * (2 if s.sharing is Sharing.HYBRID else 1)
-    return total
+    return total * options.get("replicas", 1)
 
 
 def check_events(events: int, what: str, parameter: str = "workers") -> None:
@@ -430,6 +479,7 @@ def plan_sweep(
     max_steps: int = 16000,
     stagger: float = 1.0,
     worker_speed: WorkerSpeeds | None = None,
+    replicas: int = 1,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -462,6 +512,10 @@ def plan_sweep(
         max_steps = min(max(max_steps, steps), MAX_STEPS)
     else:
         max_steps = max(max_steps, steps)
+    if isinstance(replicas, bool) or not isinstance(replicas, (int, np.integer)) or not 1 <= replicas <= MAX_REPLICAS:
+        raise UsageError("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, not {replicas!r}")
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed + replicas - 1 > MAX_SEED:
+        raise UsageError("seed", f"with {replicas} replicas the seeds run to {seed + replicas - 1}, above {MAX_SEED}")
     if isinstance(stagger, bool) or not isinstance(stagger, (int, float)) or not (
             math.isfinite(stagger) and 0 <= stagger <= MAX_STAGGER):
         raise UsageError("stagger", f"must be between 0 and {MAX_STAGGER:g} steps, not {stagger}")
@@ -492,7 +546,7 @@ def plan_sweep(
         raise UsageError("worker_speed", f"must be a WorkerSpeeds, not {type(worker_speed).__name__}")
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
-               "worker_speed": worker_speed}
+               "worker_speed": worker_speed, "replicas": int(replicas)}
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
         key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)
@@ -525,6 +579,7 @@ def predict(
     max_steps: int = 16000,
     stagger: float = 1.0,
     worker_speed: WorkerSpeeds | None = None,
+    replicas: int = 1,
     jobs: int = 1,
     progress: bool = False,
 ):
@@ -583,6 +638,12 @@ def predict(
         Stragglers: each worker's computation speed relative to the profiled host
         (docs/model.md §4.6), e.g. ``WorkerSpeeds(factors=(1, 1, 1, 0.5))`` or
         ``WorkerSpeeds(sigma=0.2, seed=1)``.
+    replicas : int
+        Independent replications of each configuration, with seeds ``seed`` .. ``seed +
+        replicas - 1`` (docs/model.md §5.2). With several workers sharing a link, a run can
+        settle into one of several phase patterns depending on the sampled steps, and one run's
+        batch-means interval does not show that: the row then gives the replicas' mean, their
+        t interval and their range (``throughput_min_eps``, ``throughput_max_eps``).
     jobs : int
         Parallel processes.
     progress : bool
@@ -618,7 +679,7 @@ def predict(
                       transfer=transfer, priorities=priorities, bandwidth_Bps=bandwidth_Bps, steps=steps,
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
-                      worker_speed=worker_speed).run(jobs=jobs, progress=progress)
+                      worker_speed=worker_speed, replicas=replicas).run(jobs=jobs, progress=progress)
 
 
 def default_jobs() -> int:

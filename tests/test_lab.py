@@ -117,7 +117,8 @@ def test_results_json_holds_values_json_has_no_number_for(tmp_path):
 
     row = dict.fromkeys(RESULT_COLUMNS, 1.0)
     row.update(setting="s", model="tiny", transport="queue 5 ms", hosts="quota", window="default", workers=1,
-               measured_runs_eps="1", inside_grpc=True, loaded_runs=0, measured_ci95_eps=math.nan,
+               measured_runs_eps="1", inside_grpc=True, ranges_overlap_grpc=True, predict_replicas=5, loaded_runs=0,
+               measured_ci95_eps=math.nan,
                **dict.fromkeys(TIMELINE_COLUMNS, math.nan))
     write_results([row], tmp_path, preset="quick", elapsed_s=1.0)
     written = json.loads((tmp_path / "results.json").read_text())["rows"][0]

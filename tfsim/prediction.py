@@ -52,12 +52,15 @@ def format_table(frame) -> str:
     show = frame.copy()
     show["thr (ex/s)"] = show["throughput_eps"].map(lambda x: f"{x:,.1f}")
     show["±95%"] = show["ci95_eps"].map(lambda x: "n/a" if not math.isfinite(x) else f"{x:,.1f}")
+    show["range"] = [f"{lo:,.0f}..{hi:,.0f}" for lo, hi in zip(show["throughput_min_eps"], show["throughput_max_eps"],
+                                                               strict=True)]
     show["step (ms)"] = (show["step_time_s"] * 1e3).map(lambda x: f"{x:,.1f}")
     show["down %"] = (show["util_downlink"] * 100).map(lambda x: f"{x:.0f}")
     show["up %"] = (show["util_uplink"] * 100).map(lambda x: f"{x:.0f}")
     show["sat"] = show["saturated"].map(lambda x: "*" if x else "")
     keys = [c for c in ("policy", "sharing", "mode", "servers") if frame[c].nunique() > 1]
-    cols = keys + ["workers", "thr (ex/s)", "±95%", "step (ms)", "down %", "up %", "sat"]
+    spread = ["range"] if (frame["replicas"] > 1).any() else []  # the replicas' own range
+    cols = keys + ["workers", "thr (ex/s)", "±95%", *spread, "step (ms)", "down %", "up %", "sat"]
     return show[cols].to_string(index=False)
 
 

@@ -10,6 +10,8 @@ from tfsim.cli.options import (
     add_measured_options,
     add_mode_option,
     add_output_options,
+    add_replicas_option,
+    add_seed_option,
     positive_int,
     task_hosts,
 )
@@ -29,6 +31,8 @@ def register(sub) -> None:
     add_mode_option(p)
     add_measured_options(p)
     p.add_argument("--steps", type=positive_int, default=600, help="simulated steps per worker (default: 600)")
+    add_seed_option(p)
+    add_replicas_option(p)
     add_output_options(p)
     p.set_defaults(handler=run)
 
@@ -66,7 +70,7 @@ def run(args) -> int:
             raise InputError(args.profile, err.problem) from None
         sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
                            warmup=min(50, args.steps // 5), cores=args.cores,
-                           colocation=task_hosts(args))
+                           colocation=task_hosts(args), seed=args.seed, replicas=args.replicas)
         console.release()
 
         simulated = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)

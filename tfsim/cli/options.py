@@ -112,6 +112,13 @@ def add_seed_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed, 0 to 2^32-1 (default: 0)")
 
 
+def add_replicas_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--replicas", type=positive_int, default=1, metavar="K",
+                   help="simulate each configuration K times, seeds --seed .. --seed+K-1, and give their mean, t "
+                        "interval and range: with several workers on a link a run can settle into one of several "
+                        "phase patterns, which one run's interval does not show (default: 1)")
+
+
 def add_jobs_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=jobs_count, help="parallel processes, at most 256 (default: the machine's cores, "
                                                    "at most 8)")

@@ -9,6 +9,7 @@ from tfsim.cli.options import (
     add_cluster_options,
     add_mode_option,
     add_output_options,
+    add_replicas_option,
     add_seed_option,
     add_steps_options,
     positive_int,
@@ -50,6 +51,7 @@ def register(sub) -> None:
                         "at one instant (default: 1; 0 starts all at once, as the papers' algorithm does, and "
                         "leaves them in lock step)")
     add_seed_option(p)
+    add_replicas_option(p)
     p.add_argument("--ci-target", type=float, metavar="F",
                    help="double the steps until the 95%% half-width is below F x throughput")
     p.add_argument("--trace-out", type=Path, metavar="OUT.json",
@@ -154,7 +156,7 @@ def run(args) -> int:
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
-            stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed))
+            stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed), replicas=args.replicas)
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
                              cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,

@@ -174,12 +174,17 @@ TIMELINE_COLUMNS = ("timeline_run_eps", "used_down_measured", "used_down_simulat
                     "busy_up_simulated", "step_median_measured_s", "step_median_simulated_s")
 USED_BAR = 0.05  # the timeline's bar: simulated used fraction of the link within 5 points of the measured one
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
+# Independent replications of each prediction (seeds 0..4): past one worker a run can settle into
+# one of several phase patterns depending on the sampled steps (docs/model.md §5.2), and the lab
+# compares the replicas' mean, showing their range beside the measured one.
+PREDICT_REPLICAS = 5
 RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "transport", "hosts", "ps_cores",
                   "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
                   "measured_ci95_eps", "measured_runs_eps", "measured_per_worker_sum_eps", "finish_spread_s",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
-                  "inside_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
+                  "predict_replicas", "predicted_grpc_min_eps", "predicted_grpc_max_eps",
+                  "inside_grpc", "ranges_overlap_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run",
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS)
@@ -374,7 +379,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
-                    steps=predict_steps, warmup=min(50, predict_steps // 5), jobs=1, **hosts)
+                    steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS, jobs=1,
+                    **hosts)
     lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps)
     base = baselines(profile, cluster, setting.workers, "async")
     quotas = setting.quotas()
@@ -383,8 +389,9 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         _say(f"[{setting.name}] measuring the real job with {w} worker(s), {repeat} time(s)")
         point = measure_point(setting, out_dir, w, repeat=repeat, rerun_loaded=rerun_loaded, progress=progress)
         stats = point["stats"]
-        predicted = {p: float(frame[(frame["workers"] == w) & (frame["policy"] == p)]["throughput_eps"].iloc[0])
-                     for p in TRANSFER_MODELS}
+        rows_w = {p: frame[(frame["workers"] == w) & (frame["policy"] == p)].iloc[0] for p in TRANSFER_MODELS}
+        predicted = {p: float(row["throughput_eps"]) for p, row in rows_w.items()}
+        grpc_range = (float(rows_w["grpc"]["throughput_min_eps"]), float(rows_w["grpc"]["throughput_max_eps"]))
         base_w = base[base["workers"] == w].set_index("model")["throughput_eps"]
         predicted_lockstep = lockstep[w]
         rows.append({
@@ -400,7 +407,10 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "measured_per_worker_sum_eps": point["per_worker_sum_eps"], "finish_spread_s": point["finish_spread_s"],
             **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
             **{f"error_{m}": predicted[m] / stats["mean"] - 1 for m in TRANSFER_MODELS},
+            "predict_replicas": PREDICT_REPLICAS, "predicted_grpc_min_eps": grpc_range[0],
+            "predicted_grpc_max_eps": grpc_range[1],
             "inside_grpc": bool(stats["min"] <= predicted["grpc"] <= stats["max"]),
+            "ranges_overlap_grpc": bool(grpc_range[0] <= stats["max"] and stats["min"] <= grpc_range[1]),
             "predicted_grpc_lockstep_eps": predicted_lockstep,
             "error_grpc_lockstep": predicted_lockstep / stats["mean"] - 1,
             "lin_async_eps": float(base_w.get("lin-async", math.nan)),
@@ -490,8 +500,11 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         "its measured steps, per second (tfsim/lab/measure.py; ICPE §4.1's per-worker sum is in results.csv, "
         "`measured_per_worker_sum_eps`); each point measured `repeats` times on a fresh cluster: the mean, and the "
         "range (min..max)",
-        "- predicted: tfsim's simulation of the same hosts (a host per task with its quota, or one shared host); "
-        "the error is against the measured mean, and `inside` says whether the prediction lies in the range",
+        "- predicted: tfsim's simulation of the same hosts (a host per task with its quota, or one shared host), "
+        f"the mean of {int(frame['predict_replicas'].max())} replicas (seeds 0, 1, ..: past one worker a simulated "
+        "run can settle into one of several phase patterns; the grpc replicas' range is given); the error is against "
+        "the measured mean, `inside` says whether the prediction lies in the measured range, `overlap` whether "
+        "the two ranges meet",
         f"- outside load (CPU the lab did not cause, per run): at most {frame['outside_load_cores'].max():.2f} "
         f"cores; {len(loaded)} point(s) with a run above {OUTSIDE_LOAD_LIMIT_CORES:g} cores "
         f"({int(frame['reruns'].sum())} run(s) measured again because of it)",
@@ -500,17 +513,21 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
         f"mean |error| (grpc model, the default): {grpc_err.mean() * 100:.1f}%, max {grpc_err.max() * 100:.1f}%; "
         f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%; grpc inside the measured "
-        f"range: {int(frame['inside_grpc'].sum())} of {len(frame)}", "",
+        f"range: {int(frame['inside_grpc'].sum())} of {len(frame)}; the two ranges meet: "
+        f"{int(frame['ranges_overlap_grpc'].sum())} of {len(frame)}", "",
         *_bar_lines(frame), "",
-        "| setting | hosts | W | measured (ex/s) | range | CV | predicted grpc | error | inside | predicted http2 "
-        "| error | predicted fifo | error | grpc, lock step | error | Lin et al. | Cynthia | outside load |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| setting | hosts | W | measured (ex/s) | range | CV | predicted grpc | error | inside | grpc range | overlap "
+        "| predicted http2 | error | predicted fifo | error | grpc, lock step | error | Lin et al. | Cynthia "
+        "| outside load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+        "| --- | --- |",
     ]
     for _, r in frame.iterrows():
         hosts = "co-located" if r["hosts"] == "co-located" else f"PS {r['ps_cores']:.2f}, w {r['worker_cores']:.2f}"
+        grpc_extra = (f" {'yes' if r['inside_grpc'] else 'no'} | {r['predicted_grpc_min_eps']:.2f}.."
+                      f"{r['predicted_grpc_max_eps']:.2f} | {'yes' if r['ranges_overlap_grpc'] else 'no'} |")
         cells = "".join(f" {r[f'predicted_{m}_eps']:.2f} | {r[f'error_{m}'] * 100:+.1f}% |"
-                        + (" yes |" if m == "grpc" and r["inside_grpc"] else " no |" if m == "grpc" else "")
-                        for m in TRANSFER_MODELS)
+                        + (grpc_extra if m == "grpc" else "") for m in TRANSFER_MODELS)
         lines.append(f"| {r['setting']} | {hosts} | {r['workers']} | {r['measured_eps']:.2f} | "
                      f"{r['measured_min_eps']:.2f}..{r['measured_max_eps']:.2f} | {r['measured_cv'] * 100:.1f}% |"
                      f"{cells} {r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
@@ -526,7 +543,10 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                     yerr=[group["measured_eps"] - group["measured_min_eps"],
                           group["measured_max_eps"] - group["measured_eps"]],
                     fmt="ks", capsize=3, label="measured (mean, min..max)")
-        ax.plot(group["workers"], group["predicted_grpc_eps"], "o-", label="tfsim (grpc)")
+        line, = ax.plot(group["workers"], group["predicted_grpc_eps"], "o-", label="tfsim (grpc, mean and range of "
+                                                                                  "its replicas)")
+        ax.fill_between(group["workers"], group["predicted_grpc_min_eps"], group["predicted_grpc_max_eps"],
+                        color=line.get_color(), alpha=0.15, linewidth=0)
         ax.plot(group["workers"], group["predicted_http2_eps"], "o-.", label="tfsim (http2)")
         ax.plot(group["workers"], group["predicted_grpc_lockstep_eps"], "v:", label="tfsim (grpc, lock step)")
         ax.plot(group["workers"], group["predicted_fifo_eps"], "o--", label="tfsim (fifo)")
