@@ -257,3 +257,24 @@ def test_measured_throughput_of_a_real_two_worker_run():
     assert result["throughput_eps"] == pytest.approx(result["per_worker_sum_eps"], rel=0.03)
     assert result["throughput_eps"] < 32 * 100e6 / 8 / 547_496
     assert sum(result["per_worker_eps"]) == pytest.approx(result["throughput_eps"])
+
+
+def test_a_many_ps_setting_can_be_profiled_with_one_ps(tmp_path, monkeypatch):
+    """profile_ps: the profiling run has that many PS, the measuring runs ps_tasks (the check of
+    a 2-PS prediction from a 1-PS profile)."""
+    import tfsim.lab.validate as validate
+
+    setting = LabSetting("two", "tiny", 32, 100_000_000, workers=(1, 2), ps_tasks=2, profile_ps=1)
+    assert setting.profiled_ps == 1 and LabSetting("s", "tiny", 32, 100_000_000, ps_tasks=2).profiled_ps == 2
+    seen = []
+    monkeypatch.setattr(validate, "collect_in_lab", lambda config, *args, **kwargs: seen.append(config.ps_tasks))
+    validate._collect(setting, tmp_path / "p", workers=1, steps=4, capture=True, progress=False)
+    validate._collect(setting, tmp_path / "m", workers=2, steps=4, capture=False, progress=False)
+    assert seen == [1, 2]
+    with pytest.raises(UsageError) as err:
+        LabSetting("s", "tiny", 32, 100_000_000, ps_tasks=2, profile_ps=3)
+    assert err.value.source == "profile_ps"
+    path = tmp_path / "m.toml"
+    path.write_text('[[setting]]\nmodel = "tiny"\nrate = "100mbit"\nps = 2\nprofile_ps = 1\n')
+    (read,) = read_settings(path)
+    assert (read.ps_tasks, read.profiled_ps) == (2, 1)

@@ -47,7 +47,7 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps, timeline)")
+                           "measure_steps, warmup_steps, timeline, profile_ps)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -55,6 +55,9 @@ def register(sub) -> None:
     job.add_argument("--rate", default="1gbit", help="link rates, comma-separated (default: 1gbit)")
     job.add_argument("--workers", default="1-4", help="worker counts to measure (default: 1-4)")
     job.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default: 1)")
+    job.add_argument("--profile-ps", type=positive_int, metavar="N",
+                     help="profile and calibrate with N PS (e.g. 1) while the measured runs have --ps: the "
+                          "prediction re-places the profile's variables over --ps servers (default: --ps)")
     job.add_argument("--image-size", type=int, default=0, help="image models: input size (default: the model's)")
     job.add_argument("--grpc-options", metavar="OPTS",
                      help="gRPC channel options for every task (TF_GRPC_DEFAULT_OPTIONS), e.g. a pinned window")
@@ -116,7 +119,7 @@ def settings_of(args) -> tuple[str, list]:
             rate_bit = int(parse_rate(text, "rate") * 8)
             settings.append(LabSetting(
                 f"{label}-{text.lower()}", args.model or label, args.batch, rate_bit, image_size=args.image_size,
-                workers=workers, ps_tasks=args.ps, grpc_options=args.grpc_options,
+                workers=workers, ps_tasks=args.ps, profile_ps=args.profile_ps, grpc_options=args.grpc_options,
                 profile_steps=args.profile_steps, measure_steps=args.measure_steps, model_fn=args.model_fn))
     else:
         label = args.preset or "quick"

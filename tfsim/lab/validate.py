@@ -65,7 +65,10 @@ class LabSetting:
     With neither, each task gets an equal share of the machine (its cores over the largest
     cluster's task count), so that the quotas hold at every W. ``timeline`` adds, for every
     W, one more run captured at the PS, laid beside the simulation of that W
-    (:func:`timeline_point`; one PS only).
+    (:func:`timeline_point`; one PS only). ``profile_ps`` profiles and calibrates with that many
+    PS instead of ``ps_tasks`` (e.g. 1), and the prediction re-places the profile's variables
+    over ``ps_tasks`` servers (docs/model.md §2.2): the check of a many-PS prediction made from
+    a one-PS profile.
     """
 
     name: str
@@ -88,6 +91,7 @@ class LabSetting:
     congestion_control: str | None = None
     slow_start_after_idle: bool | None = None
     timeline: bool = False
+    profile_ps: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name or self.name.startswith("."):
@@ -98,6 +102,9 @@ class LabSetting:
             raise UsageError("workers", f"worker counts must be at least 1, not {self.workers}")
         if self.ps_tasks < 1:
             raise UsageError("ps_tasks", f"must be at least 1, not {self.ps_tasks}")
+        if self.profile_ps is not None and not 1 <= self.profile_ps <= self.ps_tasks:
+            raise UsageError("profile_ps", f"must be from 1 to the measured runs' {self.ps_tasks} PS, "
+                                           f"not {self.profile_ps}")
         for name in ("profile_steps", "measure_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
@@ -111,6 +118,11 @@ class LabSetting:
             if value is not None and not (MIN_QUOTA_CORES <= value <= MACHINE_CORES):
                 raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
                                        f"cores, not {value:g}")
+
+    @property
+    def profiled_ps(self) -> int:
+        """The PS count of the profiling run."""
+        return self.ps_tasks if self.profile_ps is None else self.profile_ps
 
     def transport(self) -> Transport:
         """The links' queue and TCP's settings (checked on construction)."""
@@ -178,8 +190,8 @@ TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the de
 # one of several phase patterns depending on the sampled steps (docs/model.md §5.2), and the lab
 # compares the replicas' mean, showing their range beside the measured one.
 PREDICT_REPLICAS = 5
-RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "window", "transport", "hosts", "ps_cores",
-                  "worker_cores",
+RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "profile_ps", "window", "transport", "hosts",
+                  "ps_cores", "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
                   "measured_ci95_eps", "measured_runs_eps", "measured_per_worker_sum_eps", "finish_spread_s",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
@@ -203,7 +215,8 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
         # The profiling run traces every other step: the untraced ones measure what tracing costs
         # (:func:`untraced_step_s`); measuring runs (and timeline runs) trace one step only.
         trace_every=2 if profiling else steps + 1,
-        workers=workers, ps_tasks=setting.ps_tasks, intra_op_threads=1, inter_op_threads=1, capture=capture,
+        workers=workers, ps_tasks=setting.profiled_ps if profiling else setting.ps_tasks, intra_op_threads=1,
+        inter_op_threads=1, capture=capture,
         capture_site=capture_site, zero_init=True, env=setting.env, iperf_repeats=3 if profiling else 0,
         iperf_seconds=2.0, timeout_s=1800.0,
     )
@@ -223,12 +236,13 @@ def untraced_step_s(run_dir: Path) -> float | None:
     return float(sum(walls) / len(walls)) if walls else None
 
 
-def lockstep_predictions(profile, cluster, workers, *, hosts, steps: int) -> dict[int, float]:
+def lockstep_predictions(profile, cluster, workers, *, hosts, steps: int, servers: int | None = None
+                         ) -> dict[int, float]:
     """``grpc`` throughput per W with every worker starting at once (``stagger=0``): workers that
     stay in lock step, the other end of the range from the default's staggered starts."""
 
     frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
-                    stagger=0.0, jobs=1, **hosts)
+                    stagger=0.0, servers=servers, jobs=1, **hosts)
     return {int(w): float(t) for w, t in zip(frame["workers"], frame["throughput_eps"])}
 
 
@@ -354,7 +368,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     """Profile, calibrate, predict and measure one setting; return its result rows."""
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    _say(f"[{setting.name}] profiling with {setting.ps_tasks} PS and 1 worker (capture + iperf3; "
+    _say(f"[{setting.name}] profiling with {setting.profiled_ps} PS and 1 worker (capture + iperf3; "
          f"{setting.hosts_text()}; {setting.transport().describe()})")
     run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profile_steps, capture=True,
                        progress=progress).run_dir
@@ -378,10 +392,13 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         capture.unlink()
 
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
+    # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2).
+    servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
-                    steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS, jobs=1,
-                    **hosts)
-    lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps)
+                    steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
+                    servers=servers, jobs=1, **hosts)
+    lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps,
+                                    servers=servers)
     base = baselines(profile, cluster, setting.workers, "async")
     quotas = setting.quotas()
     rows = []
@@ -396,7 +413,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         predicted_lockstep = lockstep[w]
         rows.append({
             "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
-            "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks,
+            "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks, "profile_ps": setting.profiled_ps,
             "window": "65535 (pinned)" if setting.grpc_options else "default",
             "transport": setting.transport().describe(),
             "hosts": "co-located" if setting.colocated else "quota",
