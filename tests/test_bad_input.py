@@ -379,13 +379,18 @@ def test_the_verdict_names_a_lucky_random_order():
 
     from tfsim.prediction import ordering_verdict
 
-    summary = pd.DataFrame({"policy": ["http2", "tic", "tac", "random#0", "random#1"],
-                            "best_gain_over_http2": [0.0, 0.01, 0.012, 0.02, 0.06],
-                            "at_workers": [1, 4, 4, 3, 3],
-                            "mean_gain_over_http2": [0.0, 0.005, 0.01, -0.01, 0.045]})
+    summary = pd.DataFrame({"policy": ["recorded", "http2", "tic", "tac", "random#0", "random#1"],
+                            "best_gain": [0.0, 0.03, 0.01, 0.012, 0.02, 0.06],
+                            "best_gain_workers": [1, 2, 4, 4, 3, 3],
+                            "mean_gain": [0.0, 0.025, 0.005, 0.01, -0.01, 0.045],
+                            "mean_gain_over_random": [0.004, 0.03, 0.01, 0.016, -0.007, 0.05]})
     verdict = ordering_verdict(summary)
     assert "random#1's +4.5% is one random permutation's luck" in verdict
-    assert "no chosen order (tic, tac) beats http2 by more than 2%" in verdict and "not worth enforcing" in verdict
+    # http2 is a model of gRPC, not an order one could enforce: it is not weighed
+    assert "no chosen order (tic, tac) beats the recorded order by more than 2%" in verdict
+    assert "(best: tac, +1.0%, +1.6% over the median random order)" in verdict and "not worth enforcing" in verdict
+    assert ordering_verdict(summary[summary["policy"] != "recorded"].assign(mean_gain=float("nan"))).startswith(
+        "no recorded reference in this sweep")
 
 
 def test_the_bundled_loopback_captures_calibrate_as_laid_out(data_dir, tmp_path, capsys):

@@ -83,7 +83,8 @@ def test_report_writes_the_page_and_its_numbers(report_dir):
     reference = document["headline"]["reference_policy"]
     assert reference == "grpc"  # lab-1gbit.json's default_transfer
     policies = {row["policy"] for row in document["prediction"]["rows"]}
-    assert policies == {reference, "http2", "fifo", "tic", "tac"} | {f"random#{k}" for k in range(5)}
+    assert policies == {reference, "recorded", "http2", "fifo", "tic", "tac"} | {f"random#{k}" for k in range(5)}
+    assert document["headline"]["ordering_reference"] == document["prediction"]["ordering_reference"] == "recorded"
 
 
 def test_page_is_self_contained(report_dir):
@@ -130,11 +131,17 @@ def test_page_shows_the_numbers_beside_it(report_dir):
     assert f"{document['cluster']['overhead']['downlink']['beta_s'] * 1e3:,.2f}" in page
     with open(report_dir / "orderings.csv", newline="") as handle:
         orderings = {r["policy"]: r for r in csv.DictReader(handle)}
-    assert float(orderings[headline["reference_policy"]]["mean_gain"]) == 0.0
+    assert float(orderings["recorded"]["mean_gain"]) == 0.0
+    recorded = {r["workers"]: r for r in document["prediction"]["rows"] if r["policy"] == "recorded"}
     tac = [r for r in document["prediction"]["rows"] if r["policy"] == "tac"]
-    gains = [t["throughput_eps"] / reference[t["workers"]]["throughput_eps"] - 1 for t in tac]
+    gains = [t["throughput_eps"] / recorded[t["workers"]]["throughput_eps"] - 1 for t in tac]
     assert float(orderings["tac"]["mean_gain"]) == pytest.approx(np.mean(gains), rel=1e-6)
-    assert f"{np.mean(gains) * 100:+.1f}%" in page
+    assert f"{round(np.mean(gains) * 100, 1) + 0.0:+.1f}%" in page  # rounded as the page does: never -0.0%
+    random = [[r["throughput_eps"] for r in document["prediction"]["rows"]
+               if r["policy"].startswith("random#") and r["workers"] == t["workers"]] for t in tac]
+    over_random = np.mean([t["throughput_eps"] / np.median(r) - 1 for t, r in zip(tac, random, strict=True)])
+    assert float(orderings["tac"]["mean_gain_over_random"]) == pytest.approx(over_random, rel=1e-6)
+    assert "Reference: the recorded order, TensorFlow's own in the profiled run" in page
     gantt = document["gantt"]
     assert gantt["one_worker"]["workers"] == 1 and gantt["many_workers"]["workers"] == headline["gantt_workers"]
     for stats in gantt.values():
@@ -143,16 +150,35 @@ def test_page_shows_the_numbers_beside_it(report_dir):
 
 
 def test_prediction_matches_tfsim_predict(report_dir, data_dir, tmp_path, capsys):
-    """The page's prediction is tfsim predict's, to the byte, for the same inputs."""
+    """The page's prediction is tfsim predict's, to the byte, for the same inputs; and the page,
+    orderings.csv, prediction.json and predict's table state the same gains."""
     document = json.loads((report_dir / "report.json").read_text())
     inputs = document["inputs"]
-    transfers = f"{document['headline']['reference_policy']},http2,fifo,tic,tac,random"
-    code, _, err = run(["predict", inputs["profile"], "--cluster", inputs["cluster"], "--workers", "1-3", "--steps",
+    transfers = f"{document['headline']['reference_policy']},recorded,http2,fifo,tic,tac,random"
+    code, out, err = run(["predict", inputs["profile"], "--cluster", inputs["cluster"], "--workers", "1-3", "--steps",
                         "60", "--warmup", "5", "--seed", "3", "--transfer", transfers, "--jobs", "1",
                         "--no-progress", "--json", tmp_path / "p.json", "--csv", tmp_path / "p.csv"], capsys)
     assert code == 0, err
     assert (tmp_path / "p.json").read_bytes() == (report_dir / "prediction.json").read_bytes()
     assert (tmp_path / "p.csv").read_bytes() == (report_dir / "prediction.csv").read_bytes()
+    page = (report_dir / "report.html").read_text()
+    with open(report_dir / "orderings.csv", newline="") as handle:
+        csv_rows = {r["policy"]: r for r in csv.DictReader(handle)}
+    json_rows = {r["policy"]: r for r in document["prediction"]["orderings"]}
+    assert set(csv_rows) == set(json_rows) and len(json_rows) == 11
+    assert "gains are over the recorded order: TensorFlow's own order in the profiled run" in out
+    table = {line.split()[0]: line.split() for line in out.splitlines()
+             if line.split() and line.split()[0] in json_rows and "at" in line.split()}
+    assert set(table) == set(json_rows)
+    for policy, row in json_rows.items():
+        assert float(csv_rows[policy]["mean_gain"]) == pytest.approx(row["mean_gain"], rel=1e-8)
+        assert float(csv_rows[policy]["best_gain"]) == pytest.approx(row["best_gain"], rel=1e-8)
+        shown = [f"{round(row[key] * 100, 1) + 0.0:+.1f}%"
+                 for key in ("best_gain", "mean_gain", "mean_gain_over_random")]
+        # predict's table: policy, E, thr Wmin, thr Wmax, best gain, "at", "W=..", mean gain, mean vs random
+        assert [table[policy][4], table[policy][7], table[policy][8]] == shown
+        assert table[policy][6] == f"W={row['best_gain_workers']}"
+        assert all(value in page for value in shown), policy
 
 
 def test_same_inputs_same_bytes(report_dir, data_dir, tmp_path):
@@ -263,7 +289,8 @@ def test_recommendation_follows_the_numbers(report_dir):
     class Stub:
         cluster: typing.ClassVar[dict] = {"calibrated": True, "transfer_model_error": {}}
 
-    numbers = {"reference_policy": "grpc", "saturation_workers": 4, "largest_workers": 16,
+    numbers = {"reference_policy": "grpc", "ordering_reference": "recorded", "saturation_workers": 4,
+               "largest_workers": 16,
                "throughput_at_saturation_eps": 100.0,
                "peak_throughput_eps": 104.0, "speedup_at_saturation": 3.5, "busiest_link": "downlink",
                "busiest_link_utilisation": 0.97, "network_wait_fraction_one": 0.2, "network_wait_fraction_many": 0.6,
@@ -278,7 +305,8 @@ def test_recommendation_follows_the_numbers(report_dir):
                                     "best_order_mean_gain": 0.004, "busiest_link_utilisation": 0.5})
     assert still[0].startswith("Throughput still grows at W = 16")
     assert "50% busy, so raw bandwidth is not all" in still[1]
-    assert still[3].startswith("Enforcing a transfer order is not worth it: none beats grpc") and "+0.4%" in still[3]
+    assert still[3].startswith("Enforcing a transfer order is not worth it: none beats the recorded order") \
+        and "+0.4%" in still[3]
     below = recommendation(Stub(), {**numbers, "best_order_gain_at_saturation": -0.001})
     assert "pays only with fewer than 4 workers" in below[3] and "-0.1% at W = 4" in below[3]
 

@@ -7,6 +7,7 @@ TicTac's priority-file format, and the errors bad input gets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -47,6 +48,16 @@ def make_graph(ops, edges) -> OpGraph:
     return OpGraph(name=names, op_type=["Op"] * len(ops), resource=resource, server=server, size_bytes=size,
                    variable=[-1] * len(ops), data_ptr=data_ptr, data_idx=data_idx, ctrl_ptr=ctrl_ptr,
                    ctrl_idx=ctrl_idx)
+
+
+def with_sizes(graph: OpGraph, **by_name) -> OpGraph:
+    """``graph`` with the named ops' sizes changed (0: a control transfer)."""
+    size = graph.size_bytes.copy()
+    for name, value in by_name.items():
+        size[graph.index[name]] = value
+    return OpGraph(name=graph.name, op_type=graph.op_type, resource=graph.resource, server=graph.server,
+                   size_bytes=size, variable=graph.variable, data_ptr=graph.data_ptr, data_idx=graph.data_idx,
+                   ctrl_ptr=graph.ctrl_ptr, ctrl_idx=graph.ctrl_idx)
 
 
 def times(graph: OpGraph, **by_name) -> np.ndarray:
@@ -532,8 +543,11 @@ def test_bundled_profile_orderings(name, tmp_path):
         path = tmp_path / f"{ordering.policy}.tsv"
         tictac.write_priorities(path, ordering)
         lines = path.read_text().splitlines()
-        assert len(lines) == len(recv)
+        controls = tictac.control_transfers(graph)
+        assert len(lines) == len(recv) + len(controls)  # every control transfer inherits a priority here
         assert all(line.count("\t") == 1 and line.startswith("edge_") for line in lines)
+        listed = [graph.index[line.split("\t")[0]] for line in lines]
+        assert set(listed[:len(recv)]) == set(recv.tolist()) and set(listed[len(recv):]) == set(controls.tolist())
         back = tictac.read_priorities(path, graph)
         assert back.as_mapping() == ordering.as_mapping()
         assert back.recv.tolist() == ordering.recv.tolist()
@@ -614,10 +628,16 @@ def no_recv_graph() -> OpGraph:
     return make_graph([("x", W), ("u", U), ("p", PS)], [("x", "u"), ("u", "p")])
 
 
+def no_recv_graph_but_tokens() -> OpGraph:
+    return make_graph([("p", PS), ("token", D), ("x", W)], [("p", "token"), ("token", "x")])
+
+
 @pytest.mark.parametrize("policy", tictac.POLICIES)
-def test_profile_without_recvs(policy):
-    profile = make_profile(no_recv_graph(), np.ones((2, 3)))
-    with pytest.raises(InputError, match="no recv \\(DOWNLINK\\) ops"):
+@pytest.mark.parametrize("graph", [no_recv_graph(), with_sizes(no_recv_graph_but_tokens(), token=0)],
+                         ids=["no downlinks", "only control transfers"])
+def test_profile_without_recvs(policy, graph):
+    profile = make_profile(graph, np.ones((2, graph.n_ops)))
+    with pytest.raises(InputError, match="no parameter transfers \\(recv ops of nonzero size\\)"):
         tictac.compute_ordering(profile, policy)
 
 
@@ -705,7 +725,8 @@ def test_order_cli_errors(tmp_path, capsys):
     save_profile(make_profile(no_recv_graph(), np.ones((1, 3))), empty)
     status, out, errors = run_order(["order", str(empty), "--policy", "tac", "-o", str(tmp_path / "x.tsv")], capsys)
     assert status == 2 and out == ""
-    assert errors == f"tfsim: error: {empty}: has no recv (DOWNLINK) ops: there is nothing to order\n"
+    assert errors == (f"tfsim: error: {empty}: has no parameter transfers (recv ops of nonzero size): there is "
+                      "nothing to order\n")
     assert not (tmp_path / "x.tsv").exists()
 
     status, _, errors = run_order(["order", str(empty), "--policy", "fifo", "-o", "x.tsv"], capsys)
@@ -723,3 +744,116 @@ def test_order_cli_help(capsys):
     assert status == 0
     for words in ("name<TAB>priority", "tic", "tac", "--bandwidth BYTES_PER_S", "E = (U - m)/(U - L)"):
         assert words in out
+
+
+# ---------------------------------------------------------------------------- control transfers (issue 17, item 3)
+
+def fig_1a_with_tokens() -> OpGraph:
+    """Fig. 1a with the variable reads on the PS: ``read1`` sends recv1 and, through ``ctl1``, a
+    0-byte control token ``token1`` that op2 also waits for; ``read2`` sends recv2; ``ctl0``
+    sends ``token0`` from a PS op that sends no parameter."""
+    return with_sizes(make_graph(
+        [("read1", PS), ("read2", PS), ("ctl0", PS), ("ctl1", PS), ("recv1", D), ("recv2", D), ("token0", D),
+         ("token1", D), ("op1", W), ("op2", W)],
+        [("read1", "recv1"), ("read1", "ctl1"), ("ctl1", "token1"), ("read2", "recv2"), ("ctl0", "token0"),
+         ("recv1", "op1"), ("op1", "op2"), ("recv2", "op2"), ("token1", "op2"), ("token0", "op1")]),
+        token0=0, token1=0)
+
+
+def test_control_transfers_are_not_ranked_and_inherit_their_reads_priority():
+    graph = fig_1a_with_tokens()
+    assert [graph.name[op] for op in tictac.recv_ops(graph)] == ["recv1", "recv2"]
+    assert [graph.name[op] for op in tictac.control_transfers(graph)] == ["token0", "token1"]
+    duration = times(graph, recv1=1.0, recv2=1.0, op1=5.0, op2=1.0, token0=3.0, token1=3.0)
+    profile = make_profile(graph, duration)
+    # Were the tokens recvs, op2's dep would be {recv1, recv2, token1} and TIC's M+ would count them.
+    tic = tictac.compute_ordering(profile, "tic")
+    assert tic.key.tolist() == [2.0, 2.0]  # op2 needs two parameter transfers
+    tac = tictac.compute_ordering(profile, "tac")
+    assert tac.name.tolist() == ["recv1", "recv2"] and tac.priority.tolist() == [0, 1]  # recv1 unblocks op1
+    for ordering in (tic, tac, tictac.compute_ordering(profile, "reverse_tic")):
+        # token1 is cut from read1, which sends recv1; token0's PS op sends no parameter: no priority.
+        assert ordering.control_name.tolist() == ["token0", "token1"]
+        assert ordering.control_source.tolist() == [-1, graph.index["recv1"]]
+        assert ordering.control_priority[0] == math.inf
+        assert ordering.control_priority[1] == ordering.priority[0]
+        assert ordering.as_mapping() == {"recv1": ordering.priority[0], "recv2": ordering.priority[1],
+                                         "token1": ordering.priority[0]}
+
+
+def test_priority_file_lists_control_transfers_apart(tmp_path):
+    graph = fig_1a_with_tokens()
+    ordering = tictac.tac(graph, times(graph, recv1=1.0, recv2=1.0, op1=5.0, op2=1.0))
+    path = tmp_path / "p.tsv"
+    tictac.write_priorities(path, ordering)
+    assert path.read_text() == "recv1\t0\nrecv2\t1\ntoken1\t0\n"
+    back = tictac.read_priorities(path, graph)
+    assert back.name.tolist() == ["recv1", "recv2"] and back.control_name.tolist() == ["token1"]
+    assert back.control_priority.tolist() == [0.0] and back.control_source.tolist() == [-1]
+    assert back.as_mapping() == ordering.as_mapping()
+
+
+@pytest.mark.parametrize("name, recvs, controls", [("tiny", 8, 2), ("alexnet", 16, 5), ("vgg11", 22, 8),
+                                                   ("resnet50", 161, 53), ("inception3", 284, 94)])
+def test_bundled_control_transfers_inherit_from_the_read_of_the_same_ps_op(name, recvs, controls):
+    graph = bundled(name).graph
+    ordering = tictac.compute_ordering(bundled(name), "tac")
+    assert len(ordering) == recvs and len(ordering.control) == controls
+    assert (graph.size_bytes[ordering.recv] > 0).all() and (graph.size_bytes[ordering.control] == 0).all()
+    assert sorted(ordering.priority.tolist()) == list(range(recvs))  # parameters alone are ranked
+    priority_of = dict(zip(ordering.recv.tolist(), ordering.priority.tolist()))
+    for token, source, priority in zip(ordering.control, ordering.control_source, ordering.control_priority):
+        assert source >= 0 and priority == priority_of[int(source)]
+        # TensorFlow cuts both from one PS op (e.g. conv0/Conv2D/ReadVariableOp): same tensor name
+        assert str(graph.name[token]).split("_", 2)[2] == str(graph.name[source]).split("_", 2)[2]
+
+
+def test_order_cli_lists_control_transfers(tmp_path, capsys):
+    profile_path = PROFILES / "resnet50.npz"
+    out_path = tmp_path / "r.tsv"
+    status, out, _ = run_order(["order", str(profile_path), "--policy", "tic", "-o", str(out_path), "--json"], capsys)
+    assert status == 0
+    report = json.loads(out)
+    assert report["recvs"] == 161 and len(report["control_transfers"]) == 53
+    first = report["control_transfers"][0]
+    assert first == {"name": "edge_170_conv0/Conv2D/ReadVariableOp", "priority": 0,
+                     "inherited_from": "edge_169_conv0/Conv2D/ReadVariableOp"}
+    lines = out_path.read_text().splitlines()
+    assert lines[161:] == [f"{c['name']}\t{c['priority']}" for c in
+                           sorted(report["control_transfers"], key=lambda c: (c["priority"], c["name"]))]
+    status, out, _ = run_order(["order", str(profile_path), "--policy", "tic", "-o", str(out_path)], capsys)
+    text = out.splitlines()
+    assert text[1] == ("53 control transfers (0 bytes) not ranked, listed after them with the priority of the "
+                       "parameter read each is cut from:")
+    assert text[2] == "  edge_170_conv0/Conv2D/ReadVariableOp\t0\t(from edge_169_conv0/Conv2D/ReadVariableOp)"
+
+
+# ---------------------------------------------------------------------------- the recorded order (issue 17, item 1)
+
+def test_recorded_order_by_median_start():
+    graph = fig_4b()  # recvD, recvC, recvB, recvA
+    starts = np.full((3, graph.n_ops), np.nan)
+    starts[:, 0] = [0.5, 0.1, 0.4]       # recvD: median 0.4
+    starts[:, 1] = [0.2, np.nan, 0.2]    # recvC: median 0.2 over the two steps that recorded it
+    starts[:, 2] = [0.3, 0.1, 0.2]       # recvB: median 0.2, ties with recvC
+    # recvA: recorded in no step, goes last
+    profile = dataclasses.replace(make_profile(graph, np.ones((3, graph.n_ops))), start_s=starts)
+    order = tictac.compute_ordering(profile, tictac.Policy.RECORDED)
+    assert order.policy == "recorded"
+    assert order.key.tolist() == [0.4, 0.2, 0.2, math.inf]
+    assert order.priority.tolist() == [2, 0, 0, 3]  # equal medians share a number
+
+
+def test_recorded_order_needs_recorded_starts():
+    profile = make_profile(fig_4b(), np.ones((2, 7)))  # start_s all NaN
+    with pytest.raises(InputError, match="records no start time for any parameter transfer"):
+        tictac.compute_ordering(profile, "recorded")
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_profiles_have_a_recorded_order(name):
+    profile = bundled(name)
+    order = tictac.compute_ordering(profile, "recorded")
+    assert np.isfinite(order.key).all()  # every parameter transfer was recorded in some step
+    starts = np.median(profile.start_s[:, order.recv], axis=0)
+    assert order.order().tolist() == order.recv[np.argsort(starts, kind="stable")].tolist()

@@ -6,9 +6,14 @@ docs/model.md §8 and of TicTac's public implementation.
 
 Terms used throughout:
 
-* **recv ops** (TicTac's *R*): the DOWNLINK transfers (``graph.resource == Resource.DOWNLINK``),
-  i.e. the parameter reads a PS sends to the worker. ``recv`` arrays hold their op indices in
-  ascending order; "recv position ``j``" means ``recv[j]``.
+* **recv ops** (TicTac's *R*): the parameter transfers, DOWNLINK transfers that carry bytes
+  (``graph.resource == Resource.DOWNLINK`` and ``size_bytes > 0``), i.e. the parameter reads a
+  PS sends to the worker. ``recv`` arrays hold their op indices in ascending order; "recv
+  position ``j``" means ``recv[j]``.
+* **control transfers**: DOWNLINK transfers of 0 bytes, the tokens of control edges that cross
+  from a PS to the worker. They are not parameters and are not ranked: each inherits the
+  priority of the parameter read it travels with (:func:`inherit_priorities`,
+  docs/model.md §8.5).
 * **time oracle** (TicTac §3.1, §5): one time per op, in seconds for TAC (:func:`time_oracle`),
   in "transfers" for TIC (Eq. 5, :func:`tic_time`).
 * **ordering**: an :class:`Ordering` holds one priority number per recv (lower goes first), as
@@ -32,6 +37,7 @@ Every function is deterministic; the random ordering depends only on its seed.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 import re
@@ -43,24 +49,46 @@ from tfbase.fileio import read_input, write_text
 from tfprofile.dag import OpGraph, Profile, Resource
 
 __all__ = [
-    "POLICIES", "CommDependencies", "Efficiency", "Ordering", "ProfileEfficiency", "Properties",
-    "comm_dependencies", "compute_ordering", "efficiency", "format_priorities", "makespan_bounds",
-    "parse_priorities", "precedes", "priority_per_op", "profile_efficiency", "random_order",
-    "rank_per_server", "read_priorities", "recv_ops", "resource_classes", "reverse_tic",
-    "scheduling_efficiency", "speedup", "tac", "tic", "tic_time", "time_oracle", "update_properties",
-    "write_priorities",
+    "POLICIES", "CommDependencies", "Efficiency", "Ordering", "Policy", "ProfileEfficiency", "Properties",
+    "comm_dependencies", "compute_ordering", "control_transfers", "efficiency", "format_priorities",
+    "inherit_priorities", "makespan_bounds", "parse_policy", "parse_priorities", "precedes", "priority_per_op",
+    "profile_efficiency", "random_order", "rank_per_server", "read_priorities", "recorded_order", "recv_ops",
+    "resource_classes", "reverse_tic", "scheduling_efficiency", "speedup", "tac", "tic", "tic_time",
+    "time_oracle", "update_properties", "write_priorities",
 ]
 
-POLICIES = ("tic", "tac", "reverse_tic", "random")
+
+class Policy(enum.Enum):
+    """How an ordering ranks the parameter transfers (docs/model.md §8)."""
+
+    TIC = "tic"                  # TicTac Alg. 2: the DAG alone
+    TAC = "tac"                  # TicTac Alg. 3: the DAG and a time oracle
+    REVERSE_TIC = "reverse_tic"  # TIC reversed: a deliberately bad order
+    RANDOM = "random"            # a seeded permutation
+    RECORDED = "recorded"        # the order the profiled run started its transfers in
+
+
+POLICIES = tuple(policy.value for policy in Policy)
 
 _WORD_BITS = 64
 
 
 # ---------------------------------------------------------------------------- recvs and dependencies
 
+def _is_recv(graph: OpGraph) -> np.ndarray:
+    return (graph.resource == Resource.DOWNLINK) & (graph.size_bytes > 0)
+
+
 def recv_ops(graph: OpGraph) -> np.ndarray:
-    """Op indices of the recv ops (TicTac's R): the DOWNLINK transfers, ascending."""
-    return np.flatnonzero(graph.resource == Resource.DOWNLINK)
+    """Op indices of the recv ops (TicTac's R): the parameter transfers, DOWNLINK transfers of
+    nonzero size, ascending."""
+    return np.flatnonzero(_is_recv(graph))
+
+
+def control_transfers(graph: OpGraph) -> np.ndarray:
+    """Op indices of the control transfers: DOWNLINK transfers of 0 bytes (a control edge's
+    token from a PS to the worker), ascending. They are not ranked (:func:`inherit_priorities`)."""
+    return np.flatnonzero((graph.resource == Resource.DOWNLINK) & (graph.size_bytes == 0))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -138,8 +166,9 @@ def comm_dependencies(graph: OpGraph) -> CommDependencies:
 # ---------------------------------------------------------------------------- time oracles
 
 def tic_time(graph: OpGraph) -> np.ndarray:
-    """TicTac's general time oracle (Eq. 5, Alg. 2): 1 for a recv op, 0 for every other op."""
-    return (graph.resource == Resource.DOWNLINK).astype(np.float64)
+    """TicTac's general time oracle (Eq. 5, Alg. 2): 1 for a recv op, 0 for every other op
+    (control transfers included: they carry no parameter)."""
+    return _is_recv(graph).astype(np.float64)
 
 
 def time_oracle(profile: Profile, bandwidth_Bps: float | None = None) -> np.ndarray:
@@ -233,7 +262,7 @@ def update_properties(graph: OpGraph, deps: CommDependencies, time: np.ndarray,
     outstanding = np.ones(deps.n_recv, bool) if outstanding is None else np.asarray(outstanding, bool)
     if outstanding.shape != (deps.n_recv,):
         raise UsageError("outstanding", f"needs one flag per recv ({deps.n_recv}), not shape {outstanding.shape}")
-    comp = np.flatnonzero(graph.resource != Resource.DOWNLINK)
+    comp = np.flatnonzero(~_is_recv(graph))
     rows_m, p, m_plus = _properties_core(deps.matrix(comp), time[comp], time[deps.recv], outstanding)
     m = time.copy()  # a recv's own M is Time(recv)
     m[comp] = rows_m
@@ -242,18 +271,29 @@ def update_properties(graph: OpGraph, deps: CommDependencies, time: np.ndarray,
 
 # ---------------------------------------------------------------------------- orderings
 
+def _empty(dtype) -> np.ndarray:
+    return np.zeros(0, dtype=dtype)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Ordering:
     """Priority numbers for the recv ops of one graph (lower number: transferred first).
 
     Attributes:
-        policy: "tic", "tac", "reverse_tic", "random", or "file" (read from a priority file).
-        recv: (k,) op indices of the ordered recvs, ascending.
+        policy: a :class:`Policy` value ("tic", "tac", "reverse_tic", "random", "recorded"),
+            or "file" (read from a priority file).
+        recv: (k,) op indices of the ordered recvs (parameter transfers), ascending.
         name: (k,) their op names (the rendezvous keys TicTac's file uses).
         server: (k,) their parameter-server index.
         key: (k,) the policy's global sort key over all servers (TIC: M+, possibly +inf;
-            TAC: removal index; lower first, equal keys unordered).
+            TAC: removal index; recorded: median start, +inf if never recorded; lower first,
+            equal keys unordered).
         priority: (k,) int64 priority numbers, ranks of ``key`` within each server.
+        control: (c,) op indices of the control transfers (0 bytes), ascending; not ranked.
+        control_name: (c,) their op names.
+        control_priority: (c,) the priority each inherits, as a float: +inf for none (it then
+            goes after every transfer that has one, as an op a priority file does not list).
+        control_source: (c,) the recv each inherits from, -1 for none or one read from a file.
     """
 
     policy: str
@@ -262,13 +302,24 @@ class Ordering:
     server: np.ndarray
     key: np.ndarray
     priority: np.ndarray
+    control: np.ndarray = dataclasses.field(default_factory=lambda: _empty(np.int64))
+    control_name: np.ndarray = dataclasses.field(default_factory=lambda: _empty(str))
+    control_priority: np.ndarray = dataclasses.field(default_factory=lambda: _empty(np.float64))
+    control_source: np.ndarray = dataclasses.field(default_factory=lambda: _empty(np.int64))
 
     def __len__(self) -> int:
         return len(self.recv)
 
     def as_mapping(self) -> dict[str, int]:
-        """Op name -> priority number (the shape :func:`simulate.prepare.prepare` takes)."""
-        return {str(n): int(p) for n, p in zip(self.name, self.priority)}
+        """Op name -> priority number (the shape :func:`simulate.prepare.prepare` takes): every
+        recv, then every control transfer that has a priority."""
+        out = {str(n): int(p) for n, p in zip(self.name, self.priority)}
+        out.update(self.control_mapping())
+        return out
+
+    def control_mapping(self) -> dict[str, int]:
+        """Control transfer name -> its inherited priority, for those that have one."""
+        return {str(n): int(p) for n, p in zip(self.control_name, self.control_priority) if math.isfinite(p)}
 
     def order(self) -> np.ndarray:
         """Op indices in transfer order: by priority, then server, then op index."""
@@ -290,14 +341,89 @@ def rank_per_server(key: np.ndarray, server: np.ndarray) -> np.ndarray:
     return priority
 
 
-def _ordering(graph: OpGraph, policy: str, recv: np.ndarray, key: np.ndarray) -> Ordering:
-    return Ordering(policy=policy, recv=recv, name=graph.name[recv], server=graph.server[recv],
-                    key=np.asarray(key, dtype=np.float64), priority=rank_per_server(key, graph.server[recv]))
+def _server_ancestors_levels(graph: OpGraph, op: int):
+    """The ancestors of ``op`` on its own server (PS ops and transfers of ``graph.server[op]``),
+    one breadth-first level at a time, nearest first."""
+    server = graph.server[op]
+    seen, frontier = set(), [op]
+    while frontier:
+        level = []
+        for node in frontier:
+            for pred in graph.predecessors(node).tolist():
+                if pred not in seen and graph.server[pred] == server:
+                    seen.add(pred)
+                    level.append(pred)
+        if level:
+            yield level
+        frontier = level
+
+
+def inherit_priorities(graph: OpGraph, recv: np.ndarray, priority: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The priority each control transfer inherits, and the recv it inherits from.
+
+    A control transfer (0 bytes) carries a control edge from a PS op to the worker; in
+    TensorFlow's graphs it is cut from the same variable read as a parameter transfer (the PS
+    op ``conv0/Conv2D/ReadVariableOp`` sends the tensor to the worker and a token for the
+    gradient's shape). So it inherits that read's priority: walking up its own server's ops
+    from the transfer, nearest level first, the first level whose ops send parameter transfers
+    of the same server decides; among those, the lowest priority (lowest op index on a tie).
+    Equal priorities are not ordered against each other, so the token neither waits for its
+    read nor holds it up. A control transfer with no such read gets none (+inf, source -1).
+
+    Parameters
+    ----------
+    graph : OpGraph
+        The profile's DAG.
+    recv, priority : numpy.ndarray
+        The ranked recvs (op indices) and their priority numbers.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Per control transfer (:func:`control_transfers` order): the priority (float, +inf for
+        none) and the recv's op index (-1 for none).
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> from tfprofile import tictac
+    >>> graph = tfprofile.load_profile("data/profiles/tiny.npz").graph
+    >>> order = tictac.tic(graph)
+    >>> inherited, source = tictac.inherit_priorities(graph, order.recv, order.priority)
+    >>> [str(graph.name[op]) for op in tictac.control_transfers(graph)], inherited.tolist()
+    (['edge_15_conv0/Conv2D/ReadVariableOp', 'edge_22_conv1/Conv2D/ReadVariableOp'], [0.0, 2.0])
+    >>> [str(graph.name[op]) for op in source]
+    ['edge_18_conv0/Conv2D/ReadVariableOp', 'edge_24_conv1/Conv2D/ReadVariableOp']
+    """
+    control = control_transfers(graph)
+    rank = dict(zip(np.asarray(recv).tolist(), np.asarray(priority).tolist()))
+    inherited = np.full(len(control), np.inf)
+    source = np.full(len(control), -1, dtype=np.int64)
+    for k, op in enumerate(control.tolist()):
+        for level in _server_ancestors_levels(graph, op):
+            reads = sorted({s for node in level for s in graph.successors(node).tolist() if s in rank})
+            if reads:
+                best = min(reads, key=lambda r: (rank[r], r))
+                inherited[k], source[k] = rank[best], best
+                break
+    return inherited, source
+
+
+def _ordering(graph: OpGraph, policy: Policy, recv: np.ndarray, key: np.ndarray) -> Ordering:
+    priority = rank_per_server(key, graph.server[recv])
+    control = control_transfers(graph)
+    inherited, source = inherit_priorities(graph, recv, priority)
+    return Ordering(policy=policy.value, recv=recv, name=graph.name[recv], server=graph.server[recv],
+                    key=np.asarray(key, dtype=np.float64), priority=priority, control=control,
+                    control_name=graph.name[control], control_priority=inherited, control_source=source)
+
+
+NO_RECVS = "has no parameter transfers (recv ops of nonzero size): there is nothing to order"
 
 
 def _require_recvs(recv: np.ndarray) -> None:
     if len(recv) == 0:
-        raise InputError(None, "the profile has no recv (DOWNLINK) ops: there is nothing to order")
+        raise InputError(None, f"the profile {NO_RECVS}")
 
 
 def tic(graph: OpGraph, deps: CommDependencies | None = None) -> Ordering:
@@ -327,18 +453,18 @@ def tic(graph: OpGraph, deps: CommDependencies | None = None) -> Ordering:
     >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
     >>> order = tictac.tic(profile.graph)
     >>> len(order), order.priority[:6].tolist()
-    (10, [9, 0, 0, 2, 3, 3])
+    (8, [0, 0, 2, 2, 4, 4])
     """
     deps = comm_dependencies(graph) if deps is None else deps
     _require_recvs(deps.recv)
     props = update_properties(graph, deps, tic_time(graph))
-    return _ordering(graph, "tic", deps.recv, props.m_plus)
+    return _ordering(graph, Policy.TIC, deps.recv, props.m_plus)
 
 
 def reverse_tic(graph: OpGraph, deps: CommDependencies | None = None) -> Ordering:
     """TIC's order reversed (key ``-M+``): the recvs TIC sends last go first; ties stay ties."""
     forward = tic(graph, deps)
-    return _ordering(graph, "reverse_tic", forward.recv, -forward.key)
+    return _ordering(graph, Policy.REVERSE_TIC, forward.recv, -forward.key)
 
 
 def random_order(graph: OpGraph, seed: int = 0) -> Ordering:
@@ -346,7 +472,38 @@ def random_order(graph: OpGraph, seed: int = 0) -> Ordering:
     recv = recv_ops(graph)
     _require_recvs(recv)
     key = np.random.default_rng(seed).permutation(len(recv))
-    return _ordering(graph, "random", recv, key)
+    return _ordering(graph, Policy.RANDOM, recv, key)
+
+
+def recorded_order(profile: Profile) -> Ordering:
+    """The order the profiled run started its parameter transfers in (docs/model.md §8.5).
+
+    Key: a recv's median recorded start (``profile.start_s``, relative to its step's start)
+    over the profiled steps that recorded it; a recv no step recorded gets +inf and goes last.
+    Ranked per server like every key (:func:`rank_per_server`): equal medians share a number,
+    and the priority scheduler then takes them in the order they became ready. On every
+    bundled capture this is exactly the order of the worker's RecvTensor streams (their HTTP/2
+    stream ids), step by step. Raises :class:`InputError` when no step recorded any start
+    (e.g. a hand-made profile): there is no recorded order.
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> from tfprofile import tictac
+    >>> order = tictac.recorded_order(tfprofile.load_profile("data/profiles/tiny.npz"))
+    >>> order.priority.tolist()
+    [2, 3, 1, 0, 7, 4, 6, 5]
+    """
+    recv = recv_ops(profile.graph)
+    _require_recvs(recv)
+    starts = profile.start_s[:, recv]
+    seen = np.isfinite(starts).any(axis=0)
+    if not seen.any():
+        raise InputError(None, "the profile records no start time for any parameter transfer: it has no "
+                               "recorded order")
+    key = np.full(len(recv), np.inf)
+    key[seen] = np.nanmedian(starts[:, seen], axis=0)
+    return _ordering(profile.graph, Policy.RECORDED, recv, key)
 
 
 def precedes(m_a: float, p_a: float, m_plus_a: float, m_b: float, p_b: float, m_plus_b: float) -> bool:
@@ -417,13 +574,13 @@ def tac(graph: OpGraph, time: np.ndarray, deps: CommDependencies | None = None) 
     >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
     >>> order = tictac.tac(profile.graph, tictac.time_oracle(profile))
     >>> order.priority[:8].tolist()
-    [0, 2, 3, 1, 4, 5, 6, 7]
+    [0, 1, 2, 3, 4, 5, 6, 7]
     """
     time = _check_time(graph, time)
     deps = comm_dependencies(graph) if deps is None else deps
     recv = deps.recv
     _require_recvs(recv)
-    comp = np.flatnonzero(graph.resource != Resource.DOWNLINK)
+    comp = np.flatnonzero(~_is_recv(graph))
     comp = comp[deps.bits[comp].any(axis=1)]  # ops needing no recv never contribute to P or M+
     rows, group = np.unique(deps.bits[comp], axis=0, return_inverse=True)
     dep = _bits_to_matrix(rows, deps.n_recv)
@@ -439,27 +596,40 @@ def tac(graph: OpGraph, time: np.ndarray, deps: CommDependencies | None = None) 
         outstanding[chosen] = False
         keep = dep[:, outstanding].any(axis=1)
         dep, weight = dep[keep], weight[keep]
-    return _ordering(graph, "tac", recv, removal)
+    return _ordering(graph, Policy.TAC, recv, removal)
 
 
-def compute_ordering(profile: Profile, policy: str, *, bandwidth_Bps: float | None = None,
+def parse_policy(policy: Policy | str) -> Policy:
+    """A :class:`Policy` from itself or its value; :class:`UsageError` naming ``policy`` otherwise."""
+    if isinstance(policy, Policy):
+        return policy
+    try:
+        return Policy(policy)
+    except ValueError:
+        raise UsageError("policy", f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}") from None
+
+
+def compute_ordering(profile: Profile, policy: Policy | str, *, bandwidth_Bps: float | None = None,
                      seed: int = 0) -> Ordering:
-    """The ordering ``policy`` ("tic", "tac", "reverse_tic", "random") gives ``profile``'s recvs.
+    """The ordering ``policy`` (a :class:`Policy` or its value) gives ``profile``'s recvs.
 
-    TAC uses :func:`time_oracle` (with ``bandwidth_Bps`` if given); the other policies ignore the
-    durations; "random" uses ``seed``. Raises :class:`UsageError` for an unknown policy and
-    :class:`InputError` for a profile without recv ops.
+    TAC uses :func:`time_oracle` (with ``bandwidth_Bps`` if given); "recorded" uses the
+    profile's recorded starts (:func:`recorded_order`); the others ignore the durations;
+    "random" uses ``seed``. Control transfers inherit their read's priority
+    (:func:`inherit_priorities`). Raises :class:`UsageError` for an unknown policy and
+    :class:`InputError` for a profile without parameter transfers.
     """
-    if policy not in POLICIES:
-        raise UsageError("policy", f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    policy = parse_policy(policy)
     if bandwidth_Bps is not None:
         _check_bandwidth(bandwidth_Bps)
     graph = profile.graph
-    if policy == "tac":
+    if policy is Policy.TAC:
         return tac(graph, time_oracle(profile, bandwidth_Bps))
-    if policy == "random":
+    if policy is Policy.RANDOM:
         return random_order(graph, seed)
-    return tic(graph) if policy == "tic" else reverse_tic(graph)
+    if policy is Policy.RECORDED:
+        return recorded_order(profile)
+    return tic(graph) if policy is Policy.TIC else reverse_tic(graph)
 
 
 def priority_per_op(graph: OpGraph, ordering: Ordering) -> np.ndarray:
@@ -638,11 +808,18 @@ MAX_PRIORITY_FILE_BYTES = 64 * 2**20
 
 
 def format_priorities(ordering: Ordering) -> str:
-    """TicTac's priority file: ``name<TAB>priority``, one line per recv, by (priority, name)."""
-    for name in ordering.name:
+    """TicTac's priority file: ``name<TAB>priority``, one line per recv, by (priority, name);
+    then, apart, one line per control transfer that inherited a priority, by (priority, name).
+
+    The control transfers come last so that the parameter transfers' ranking reads on its own;
+    the file stays in TicTac's format (no comment lines, which TicTac's reader does not know).
+    """
+    controls = ordering.control_mapping()
+    for name in [*ordering.name.tolist(), *controls]:
         if "\t" in name or "\n" in name or "\r" in name or not name:
             raise UsageError("ordering", f"op name {str(name)!r} cannot be written to a priority file")
     lines = sorted(zip(ordering.priority.tolist(), ordering.name.tolist()))
+    lines += sorted((priority, name) for name, priority in controls.items())
     return "".join(f"{name}\t{priority}\n" for priority, name in lines)
 
 
@@ -655,8 +832,9 @@ def parse_priorities(text: str, graph: OpGraph, source: str | os.PathLike | None
     """Read TicTac's priority file text against ``graph`` (policy "file").
 
     Each non-blank line is ``name<TAB>priority`` with a recv (DOWNLINK) op's name and a
-    non-negative integer; the priorities are kept as written. Recvs the file does not list have
-    no priority (TicTac leaves such ops unordered). Raises :class:`InputError` naming ``source``
+    non-negative integer; the priorities are kept as written. A listed DOWNLINK op of 0 bytes
+    is a control transfer: it keeps the priority written (its source is -1). Recvs the file
+    does not list have no priority (TicTac leaves such ops unordered). Raises :class:`InputError` naming ``source``
     and the line for a malformed line, a name twice, a name not in the graph or not a recv, or a
     file that lists nothing.
     """
@@ -687,9 +865,13 @@ def parse_priorities(text: str, graph: OpGraph, source: str | os.PathLike | None
         raise InputError(source, "lists no priorities")
     ops_arr, prio = np.array(ops, dtype=np.int64), np.array(priorities, dtype=np.int64)
     by_op = np.argsort(ops_arr)
-    recv = ops_arr[by_op]
+    ops_arr, prio = ops_arr[by_op], prio[by_op]
+    ranked = graph.size_bytes[ops_arr] > 0
+    recv, control = ops_arr[ranked], ops_arr[~ranked]
     return Ordering(policy="file", recv=recv, name=graph.name[recv], server=graph.server[recv],
-                    key=prio[by_op].astype(np.float64), priority=prio[by_op])
+                    key=prio[ranked].astype(np.float64), priority=prio[ranked], control=control,
+                    control_name=graph.name[control], control_priority=prio[~ranked].astype(np.float64),
+                    control_source=np.full(len(control), -1, dtype=np.int64))
 
 
 def read_priorities(path: str | os.PathLike, graph: OpGraph) -> Ordering:

@@ -12,9 +12,16 @@ import json
 import math
 import os
 
-from simulate.orderings import order_gains
+from simulate.orderings import (
+    ORDER_REFERENCE,
+    RANDOM_PREFIX,
+    candidate_orders,
+    order_gains,
+    random_gains,
+)
 
 PREDICTION_FORMAT = "tfsim.prediction/1"
+ORDER_WORTH = 0.02  # the mean gain an order must exceed to be worth enforcing (predict and the report)
 
 
 def prediction_rows(frame) -> list[dict]:
@@ -100,83 +107,103 @@ def plan_fields(row) -> dict:
     return fields
 
 
+def _gain(value) -> str:
+    # Rounded before formatting, and + 0.0, so that a tiny loss reads +0.0%, as on the report's page.
+    return "n/a" if value != value else f"{round(value * 100, 1) + 0.0:+.1f}%"
+
+
+def reference_sentence() -> str:
+    """Which reference the gains are measured against, in words (predict's output and the report)."""
+    return (f"gains are over the {ORDER_REFERENCE} order: TensorFlow's own order in the profiled run (each "
+            "parameter transfer ranked by its median recorded start), replayed by the same priority scheduler; "
+            "'vs random' is over the random orders' median throughput at each W")
+
+
 def format_ordering_summary(summary) -> str:
-    """The per-policy comparison as a terminal table."""
+    """The per-policy comparison (:func:`ordering_summary`) as a terminal table."""
     show = summary.copy()
-    show["E (W=1)"] = show["efficiency_E"].map(lambda x: "n/a" if x != x else f"{x:.2f}")
-    show["thr W=1"] = show["throughput_W1_eps"].map(lambda x: f"{x:,.1f}")
+    show["E (Wmin)"] = show["efficiency_E"].map(lambda x: "n/a" if x != x else f"{x:.2f}")
+    show["thr Wmin"] = show["throughput_Wmin_eps"].map(lambda x: f"{x:,.1f}")
     show["thr Wmax"] = show["throughput_Wmax_eps"].map(lambda x: f"{x:,.1f}")
-    cols = ["policy", "E (W=1)", "thr W=1", "thr Wmax"]
-    if "best_gain_over_http2" in show:
-        show["best gain vs http2"] = [f"{g * 100:+.1f}% at W={w}" if g == g else "n/a"
-                                      for g, w in zip(show["best_gain_over_http2"], show["at_workers"])]
-        show["mean gain"] = show["mean_gain_over_http2"].map(lambda x: "n/a" if x != x else f"{x * 100:+.1f}%")
-        cols += ["best gain vs http2", "mean gain"]
+    show[f"best gain vs {ORDER_REFERENCE}"] = [f"{_gain(g)} at W={int(w)}" if g == g else "n/a"
+                                               for g, w in zip(show["best_gain"], show["best_gain_workers"])]
+    show["mean gain"] = show["mean_gain"].map(_gain)
+    show["mean vs random"] = show["mean_gain_over_random"].map(_gain)
+    cols = ["policy", "E (Wmin)", "thr Wmin", "thr Wmax", f"best gain vs {ORDER_REFERENCE}", "mean gain",
+            "mean vs random"]
     return show[cols].to_string(index=False)
 
 
 def random_spread(summary) -> str | None:
     """One line on the random orders' spread of gains, or None without them."""
-    rand = summary[summary["policy"].str.startswith("random#")]
-    if rand.empty or "mean_gain_over_http2" not in rand:
+    spread = random_gains(summary)
+    if spread is None:
         return None
-    gains = rand["mean_gain_over_http2"] * 100
-    return (f"random orders ({len(rand)} seeds): mean gain over http2 from {gains.min():+.1f}% to {gains.max():+.1f}% "
-            f"(median {gains.median():+.1f}%)")
+    return (f"random orders ({spread['orders']} seeds): mean gain over {ORDER_REFERENCE} from "
+            f"{_gain(spread['min'])} to {_gain(spread['max'])} (median {_gain(spread['median'])})")
 
 
-def ordering_verdict(summary, threshold: float = 0.02) -> str:
+def ordering_verdict(summary, threshold: float = ORDER_WORTH) -> str:
     """One sentence answering "should I enable TicTac on this job?".
 
-    Candidates are the orders one would choose (every policy but ``http2`` and the random
-    permutations). A random permutation that beats them is named as what it is, a lucky draw,
-    so that the sentence never contradicts the table above it.
+    Candidates are the orders one would choose (:func:`simulate.orderings.candidate_orders`:
+    not the reference, not a model of gRPC, not a random permutation). A random permutation that
+    beats them is named as what it is, a lucky draw, so that the sentence never contradicts the
+    table above it.
     """
-    if "best_gain_over_http2" not in summary:
-        return "no http2 baseline in this sweep: add --transfer http2 to compare orders against gRPC's default"
-    is_random = summary["policy"].str.startswith("random#")
-    candidates = summary[(summary["policy"] != "http2") & ~is_random].dropna(subset=["mean_gain_over_http2"])
-    draws = summary[is_random].dropna(subset=["mean_gain_over_http2"])
+    if summary["mean_gain"].isna().all():
+        return (f"no {ORDER_REFERENCE} reference in this sweep: add {ORDER_REFERENCE} to the transfers to compare "
+                "orders against TensorFlow's own")
+    candidates = candidate_orders(summary)
+    draws = summary[summary["policy"].str.startswith(RANDOM_PREFIX)].dropna(subset=["mean_gain"])
     if candidates.empty:
         return "no other order to compare"
-    best = candidates.loc[candidates["mean_gain_over_http2"].idxmax()]
+    best = candidates.loc[candidates["mean_gain"].idxmax()]
     luck = ""
     if len(draws):
-        lucky = draws.loc[draws["mean_gain_over_http2"].idxmax()]
-        if lucky["mean_gain_over_http2"] > max(threshold, best["mean_gain_over_http2"]):
-            luck = (f"; {lucky['policy']}'s {lucky['mean_gain_over_http2'] * 100:+.1f}% is one random permutation's "
-                    "luck, not an order TicTac or gRPC would choose")
-    if best["mean_gain_over_http2"] > threshold:
+        lucky = draws.loc[draws["mean_gain"].idxmax()]
+        if lucky["mean_gain"] > max(threshold, best["mean_gain"]):
+            luck = (f"; {lucky['policy']}'s {lucky['mean_gain'] * 100:+.1f}% is one random permutation's "
+                    "luck, not an order TicTac or TensorFlow would choose")
+    over_random = ("" if best["mean_gain_over_random"] != best["mean_gain_over_random"] else
+                   f", {_gain(best['mean_gain_over_random'])} over the median random order")
+    if best["mean_gain"] > threshold:
         return (f"verdict: enforcing the {best['policy']} order is predicted to gain "
-                f"{best['mean_gain_over_http2'] * 100:.1f}% on average over this sweep "
-                f"(up to {best['best_gain_over_http2'] * 100:.1f}% at W={best['at_workers']}){luck}: worth trying")
+                f"{best['mean_gain'] * 100:.1f}% over the {ORDER_REFERENCE} order on average over this sweep "
+                f"(up to {best['best_gain'] * 100:.1f}% at W={int(best['best_gain_workers'])}{over_random}){luck}: "
+                "worth trying")
     names = ", ".join(candidates["policy"])
-    return (f"verdict: no chosen order ({names}) beats http2 by more than {threshold * 100:.0f}% on average over "
-            f"this sweep (best: {best['policy']}, {best['mean_gain_over_http2'] * 100:+.1f}%){luck}: not worth "
-            "enforcing")
-
-
-# The names prediction.json gives the columns of :func:`simulate.orderings.order_gains`.
-_SUMMARY_NAMES = {"throughput_Wmin_eps": "throughput_W1_eps", "best_gain": "best_gain_over_http2",
-                  "best_gain_workers": "at_workers", "mean_gain": "mean_gain_over_http2"}
-SUMMARY_REFERENCE = "http2"
+    return (f"verdict: no chosen order ({names}) beats the {ORDER_REFERENCE} order by more than "
+            f"{threshold * 100:.0f}% on average over this sweep (best: {best['policy']}, "
+            f"{best['mean_gain'] * 100:+.1f}%{over_random}){luck}: not worth enforcing")
 
 
 def ordering_summary(frame):
-    """Per transfer policy: E at W = 1, throughput at the smallest and largest W, and the gain
-    over ``http2`` (best, where, and mean), as prediction.json and ``tfsim predict`` state them."""
-    gains = order_gains(frame, SUMMARY_REFERENCE).rename(columns=_SUMMARY_NAMES)
-    return gains[[c for c in ("policy", "efficiency_E", "throughput_W1_eps", "throughput_Wmax_eps",
-                              "best_gain_over_http2", "at_workers", "mean_gain_over_http2") if c in gains]]
+    """Per transfer policy of a prediction table: E at the smallest W, throughput at the smallest
+    and largest W, the gains over the recorded order (best, where, mean) and over the random
+    orders' median. The one table of gains: prediction.json, ``tfsim predict`` and the report
+    all state it (:func:`simulate.orderings.order_gains` with :data:`ORDER_REFERENCE`)."""
+    return order_gains(frame, ORDER_REFERENCE)
+
+
+def _records(frame) -> list[dict]:
+    """A table as JSON records at full precision (pandas' to_json keeps 10 decimals, which a gain
+    of a few parts per million does not survive); NaN and missing are null."""
+    def plain(value):
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return None
+        return value.item() if hasattr(value, "item") else value
+
+    return [{key: plain(value) for key, value in row.items()} for row in frame.to_dict(orient="records")]
 
 
 def ordering_fields(summary) -> dict:
-    """What a prediction document adds when it compares orders: the per-policy summary, the
-    random orders' spread (when there are any) and the verdict."""
-    fields = {"orderings": json.loads(summary.to_json(orient="records")), "ordering_verdict": ordering_verdict(summary)}
-    spread = random_spread(summary)
+    """What a prediction document adds when it compares orders: the reference, the per-policy
+    summary, the random orders' spread (when there are any) and the verdict."""
+    fields = {"ordering_reference": ORDER_REFERENCE, "orderings": _records(summary),
+              "ordering_verdict": ordering_verdict(summary)}
+    spread = random_gains(summary)
     if spread:
-        fields["random_spread"] = spread
+        fields["random_gains"] = spread
+        fields["random_spread"] = random_spread(summary)
     return fields
-
-

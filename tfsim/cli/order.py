@@ -16,9 +16,12 @@ from tfbase.errors import InputError
 from tfsim.cli.options import non_negative_int, positive_float
 
 DESCRIPTION = """\
-Compute TicTac priorities for the parameter transfers (PS -> worker recv ops) of a profile
-and write them as TicTac's priority file: one line per recv, 'name<TAB>priority', lower
-numbers transferred first, numbered 0..n-1 per parameter server. Also print the scheduling
+Compute TicTac priorities for the parameter transfers (PS -> worker recv ops that carry
+bytes) of a profile and write them as TicTac's priority file: one line per recv,
+'name<TAB>priority', lower numbers transferred first, numbered 0..n-1 per parameter server.
+Control transfers (0-byte recvs: a control edge's token) are not ranked: each inherits the
+priority of the parameter read it is cut from (the same PS op sends both) and is listed
+apart, after the parameter transfers. Also print the scheduling
 efficiency E = (U - m)/(U - L) and the speedup bound S = (U - L)/L of the profiled steps
 (mean and median), where U is the sum of all op durations of a step, L the busiest
 resource's sum and m the step's makespan (TicTac Eqs. 1-4).
@@ -28,6 +31,9 @@ policies:
   tac          timing-aware (TicTac Alg. 3): uses each op's minimum profiled duration
   reverse_tic  TIC's order reversed (a deliberately bad order, for comparison)
   random       a random permutation (see --seed)
+  recorded     the order the profiled run started its transfers in (median recorded
+               start over the profiled steps; never recorded: last), the reference
+               that tfsim predict and tfsim report measure gains against
 """
 
 EPILOG = """\
@@ -81,7 +87,7 @@ def run(args) -> int:
         console.text_to_stderr = outputs.to_stdout
         profile = load_profile(args.profile)
         if len(tictac.recv_ops(profile.graph)) == 0:
-            raise InputError(args.profile, "has no recv (DOWNLINK) ops: there is nothing to order")
+            raise InputError(args.profile, tictac.NO_RECVS)
         ordering = tictac.compute_ordering(profile, args.policy, bandwidth_Bps=args.bandwidth, seed=args.seed)
         tictac.write_priorities(output, ordering)
         outputs.commit()
@@ -93,6 +99,7 @@ def run(args) -> int:
         "priorities": str(args.output),
         "ops": profile.graph.n_ops,
         "recvs": len(ordering),
+        "control_transfers": _control_rows(profile.graph, ordering),
         "servers": len(servers),
         "bandwidth_Bps": args.bandwidth,
         "time_oracle": _oracle_name(args),
@@ -106,8 +113,28 @@ def run(args) -> int:
     return 0
 
 
+def _control_rows(graph, ordering) -> list[dict]:
+    """The control transfers, each with the priority it inherits and the read it inherits it from."""
+    return [{"name": str(name), "priority": int(priority) if math.isfinite(priority) else None,
+             "inherited_from": str(graph.name[source]) if source >= 0 else None}
+            for name, priority, source in zip(ordering.control_name, ordering.control_priority,
+                                              ordering.control_source, strict=True)]
+
+
 def _number(value, digits: int = 3) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
+
+
+def _control_lines(controls: list[dict]) -> list[str]:
+    if not controls:
+        return []
+    without = sum(c["priority"] is None for c in controls)
+    lines = [f"{len(controls)} control transfer{'s' if len(controls) != 1 else ''} (0 bytes) not ranked, listed after "
+             "them with the priority of the parameter read each is cut from"
+             + (f" ({without} without one: they go last)" if without else "") + ":"]
+    lines += [f"  {c['name']}\t{'none' if c['priority'] is None else c['priority']}"
+              f"\t(from {c['inherited_from'] or '-'})" for c in controls]
+    return lines
 
 
 def _format_text(report: dict, summary: dict) -> str:
@@ -115,6 +142,7 @@ def _format_text(report: dict, summary: dict) -> str:
     lines = [
         f"wrote {report['recvs']} {report['policy']} priorities ({report['servers']} parameter server"
         f"{'s' if report['servers'] != 1 else ''}) to {report['priorities']}",
+        *_control_lines(report["control_transfers"]),
         f"scheduling efficiency E over {summary['steps']} profiled steps: "
         f"mean {_number(eff['mean'])}, median {_number(eff['median'])}",
         f"speedup bound S: mean {_number(spd['mean'])}, median {_number(spd['median'])}",

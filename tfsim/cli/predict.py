@@ -37,10 +37,11 @@ def register(sub) -> None:
                    help="transfer scheduler(s) and orders, comma-separated: grpc (today's gRPC: whole streams in "
                         "send-ready order, pausing where an HTTP/2 window runs out), http2 (ICPE's model of TF "
                         "1.13's gRPC), fifo (whole streams as they become ready), and transfer orders enforced with "
-                        "the priority scheduler: tic and tac (TicTac's), reverse (TIC reversed), random (five "
-                        "seeded permutations, random#0..random#4) or the NAME of a --priorities file (default: the "
-                        "cluster's default_transfer, grpc for clusters calibrated from TF 2.x captures; http2 "
-                        "without a calibration)")
+                        "the priority scheduler: recorded (TensorFlow's order in the profiled run, the reference "
+                        "that order gains are measured against), tic and tac (TicTac's), reverse (TIC reversed), "
+                        "random (five seeded permutations, random#0..random#4) or the NAME of a --priorities file "
+                        "(default: the cluster's default_transfer, grpc for clusters calibrated from TF 2.x "
+                        "captures; http2 without a calibration)")
     p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")
@@ -124,6 +125,7 @@ def run(args) -> int:
         ordering_summary,
         plan_fields,
         prediction_document,
+        reference_sentence,
     )
 
     with Outputs() as outputs:
@@ -179,6 +181,7 @@ def run(args) -> int:
             summary = ordering_summary(frame)
             print(file=out)
             print(format_ordering_summary(summary), file=out)
+            print(reference_sentence(), file=out)
             extra = ordering_fields(summary)
             if "random_spread" in extra:
                 print(extra["random_spread"], file=out)

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import math
 
+from simulate.orderings import candidate_orders, random_gains
+from tfsim.prediction import ORDER_WORTH
+
 LINK_BOUND = 0.8  # a link this busy at the saturation point is what limits the job
-ORDER_WORTH = 0.02  # the gain over the reference an order must beat on average (as tfsim predict's verdict)
 ORDER_MATTERS = 0.02  # random orders spreading less than this: the order barely matters
 MODEL_ERROR_NOTE = 0.2  # calibration capture errors above this are worth a caveat
 
 
-TRANSFER_MODELS = ("grpc", "http2")  # models of gRPC's own behaviour, not orders one could enforce
-
-
-def _candidate_orders(orderings):
-    """Orders that could be enforced: not a model of gRPC itself, not a random draw."""
-    named = orderings[~orderings["policy"].isin(TRANSFER_MODELS) & ~orderings["policy"].str.startswith("random#")]
-    return named.dropna(subset=["mean_gain"])
 
 
 def headline(report) -> dict:
@@ -31,6 +26,7 @@ def headline(report) -> dict:
     busiest = "downlink" if at_sat["util_downlink"] >= at_sat["util_uplink"] else "uplink"
     out = {
         "reference_policy": report.reference_policy,
+        "ordering_reference": report.ordering_reference,
         "saturation_workers": saturation,
         "largest_workers": int(reference["workers"].max()),
         "throughput_at_saturation_eps": float(at_sat["throughput_eps"]),
@@ -45,19 +41,23 @@ def headline(report) -> dict:
         "network_wait_fraction_many": report.gantt_many.stats()["network_wait_fraction"],
         "gantt_workers": report.gantt_many.workers,
     }
-    candidates = _candidate_orders(report.orderings)
+    candidates = candidate_orders(report.orderings)
     if len(candidates):
         best = candidates.loc[candidates["mean_gain"].idxmax()]
-        frame = report.frame
-        at = frame[(frame["workers"] == saturation) & (frame["policy"] == best["policy"])]["throughput_eps"]
+        frame, reference_order = report.frame, report.ordering_reference
+        at_workers = frame[frame["workers"] == saturation].set_index("policy")["throughput_eps"]
         out.update({"best_order": str(best["policy"]), "best_order_mean_gain": float(best["mean_gain"]),
                     "best_order_max_gain": float(best["best_gain"]),
                     "best_order_max_gain_workers": int(best["best_gain_workers"]),
-                    "best_order_gain_at_saturation": float(at.iloc[0] / at_sat["throughput_eps"] - 1),
+                    "best_order_gain_at_saturation":
+                        float(at_workers[best["policy"]] / at_workers[reference_order] - 1),
                     "order_worth_enforcing": bool(best["mean_gain"] > ORDER_WORTH)})
-    random = report.orderings[report.orderings["policy"].str.startswith("random#")]
-    if len(random):
-        out["random_gain_range"] = [float(random["mean_gain"].min()), float(random["mean_gain"].max())]
+        if best["mean_gain_over_random"] == best["mean_gain_over_random"]:
+            out["best_order_mean_gain_over_random"] = float(best["mean_gain_over_random"])
+    spread = random_gains(report.orderings)
+    if spread is not None:
+        out["random_gain_range"] = [spread["min"], spread["max"]]
+        out["random_gain_median"] = spread["median"]
     errors = mean_abs_errors(report.comparison)
     if errors:
         out["mean_abs_error"] = errors
@@ -94,7 +94,7 @@ def order_advice(numbers: dict) -> tuple[str, str] | None:
     if "best_order" not in numbers:
         return None
     best, mean, sat = numbers["best_order"], numbers["best_order_mean_gain"], numbers["saturation_workers"]
-    at_sat, reference = numbers["best_order_gain_at_saturation"], numbers["reference_policy"]
+    at_sat, reference = numbers["best_order_gain_at_saturation"], f"the {numbers['ordering_reference']} order"
     most = f"up to {_pct(numbers['best_order_max_gain'], True)} at W = {numbers['best_order_max_gain_workers']}"
     if numbers["order_worth_enforcing"] and at_sat > ORDER_WORTH:
         return "Worth enforcing", (f"Enforcing the {best} order is worth trying: it is predicted to gain "
@@ -145,8 +145,9 @@ def recommendation(report, numbers: dict) -> list[str]:
     if "random_gain_range" in numbers:
         low, high = numbers["random_gain_range"]
         matters = "matters" if high - low >= ORDER_MATTERS else "barely matters"
-        sentences.append(f"Random orders land between {_pct(low, True)} and {_pct(high, True)} over "
-                         f"{numbers['reference_policy']} on average: "
+        sentences.append(f"Random orders land between {_pct(low, True)} and {_pct(high, True)} over the "
+                         f"{numbers['ordering_reference']} order on average (median "
+                         f"{_pct(numbers['random_gain_median'], True)}): "
                          f"the order of the transfers {matters} for this job.")
     errors = numbers.get("mean_abs_error")
     if errors and "tfsim" in errors:

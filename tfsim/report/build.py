@@ -1,10 +1,13 @@
 """Compute everything the report shows, from its inputs alone.
 
-The reference is the cluster's default transfer model (``grpc`` for a cluster calibrated from
-TF 2.x captures, ``http2`` without a calibration), as ``tfsim predict`` uses it. The prediction
-is exactly ``tfsim predict`` with the reference and every order (``--transfer
-REFERENCE,http2,fifo,tic,tac,random``) and the same steps, warm-up and seed, so
-``prediction.json`` beside the page equals ``tfsim predict --json`` for the same inputs. The
+The throughput reference is the cluster's default transfer model (``grpc`` for a cluster
+calibrated from TF 2.x captures, ``http2`` without a calibration), as ``tfsim predict`` uses it.
+The orders are compared against the ``recorded`` order, TensorFlow's own in the profiled run
+(:data:`simulate.orderings.ORDER_REFERENCE`), and against the random orders, with the one
+table of gains that ``tfsim predict`` prints and writes (:func:`tfsim.prediction.ordering_summary`).
+The prediction is exactly ``tfsim predict`` with the default model and every order
+(``--transfer MODEL,recorded,http2,fifo,tic,tac,random``) and the same steps, warm-up and
+seed, so ``prediction.json`` beside the page equals ``tfsim predict --json`` for the same inputs. The
 baselines and the measured comparison are ``tfsim compare``'s; the Gantt pictures come from
 traced runs of the reference.
 """
@@ -19,7 +22,7 @@ from pathlib import Path
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baseline_parameters, baselines
 from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
-from simulate.orderings import expand_random, order_gains, ordering_priorities
+from simulate.orderings import ORDER_REFERENCE, expand_random, ordering_priorities
 from simulate.planning import Prices, add_costs, pareto_front
 from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, trace_chunks, traced_run
 from tfbase.errors import InputError, TfsimWarning, UsageError
@@ -30,7 +33,7 @@ from tfsim.prediction import ordering_fields, ordering_summary, prediction_docum
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
 
-REPORT_ORDERS = ("http2", "fifo", "tic", "tac", "random")
+REPORT_ORDERS = (ORDER_REFERENCE, "http2", "fifo", "tic", "tac", "random")
 GANTT_STEPS = 3
 
 
@@ -110,11 +113,12 @@ class Report:
     baselines: object  # workers, model, throughput_eps, step_time_s
     comparison: object  # one row per W: measured, tfsim and each baseline, and the errors
     measured: object | None
-    orderings: object  # per order: E at W = 1, throughput, gains over the reference (order_gains)
+    orderings: object  # per order: E, throughput, gains over the recorded order and the random ones (ordering_summary)
     gantt_one: object
     gantt_many: object
     calibration_plots: tuple[tuple[str, Path], ...]
     cost: object | None = None  # the reference rows with their cost (simulate.planning.add_costs), with --price
+    ordering_reference: str = ORDER_REFERENCE  # what the orders' gains are measured against
 
     @property
     def reference(self):
@@ -215,8 +219,9 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     say(f"[2/4] predicting W = {request.workers} with {', '.join(report_transfers(reference))} "
         f"({request.steps} steps per worker)")
     frame = plan.sweep.run(jobs=request.jobs, progress=request.progress)
+    orderings = ordering_summary(frame)  # the page, orderings.csv and prediction.json state these gains
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
-                                   extra=ordering_fields(ordering_summary(frame)))
+                                   extra=ordering_fields(orderings))
 
     say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
                                                if measured is not None else ""))
@@ -245,6 +250,6 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                   batch_size=profile.batch_size,
                   cluster=cluster_facts(cluster, request.cluster_path, request.bandwidth),
                   reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
-                  comparison=comparison, measured=measured, orderings=order_gains(frame, reference),
+                  comparison=comparison, measured=measured, orderings=orderings,
                   gantt_one=gantts[0], gantt_many=gantts[1],
                   calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost)
