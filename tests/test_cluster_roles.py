@@ -163,6 +163,88 @@ def test_unreachable_ps_times_out(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+# ---------------------------------------------------------------------------- where the capture runs, no TensorFlow
+
+def _role(label: str, **options):
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+    cluster = ClusterSpec(("10.0.0.1:2222", "10.0.0.2:2222"), ("10.0.0.3:2222", "10.0.0.4:2222"))
+    return RoleOptions(TaskId(label[:-1], int(label[-1])), cluster, **options)
+
+
+def test_capture_duty_of_each_task(tmp_path):
+    from tfbase.errors import UsageError
+    from tfprofile.harness.capture_site import CaptureDuty, capture_duty, chief_record, ps_capture_pairs
+    from tfprofile.harness.launcher import CaptureSite, CollectConfig
+
+    at_chief = CollectConfig(tmp_path / "run", capture=True)
+    at_ps = CollectConfig(tmp_path / "run", capture=True, capture_site=CaptureSite.PS)
+    none = CollectConfig(tmp_path / "run")
+    assert [capture_duty(at_chief, _role(t)) for t in ("worker0",)] == [CaptureDuty.CAPTURE]
+    assert [capture_duty(at_ps, _role(t)) for t in ("worker0", "ps0")] == [CaptureDuty.RECORD, CaptureDuty.CAPTURE]
+    assert {capture_duty(none, _role(t)) for t in ("worker0", "worker1", "ps0", "ps1")} == {CaptureDuty.NONE}
+    assert capture_duty(at_ps, _role("ps0", capture_interface="eth1")) is CaptureDuty.CAPTURE
+    for label in ("worker1", "ps1"):
+        with pytest.raises(UsageError, match=rf"^capture_site: the capture at the PS runs on ps0 \(and the chief "
+                                             rf"records it\), not on {label}$"):
+            capture_duty(at_ps, _role(label))
+    with pytest.raises(UsageError, match=r"^capture: the capture runs on the chief \(worker 0\), not on ps0: to "
+                                         r"capture at PS 0, give capture_site ps here and on the chief$"):
+        capture_duty(at_chief, _role("ps0"))
+    with pytest.raises(UsageError, match=r"^capture: the capture runs on the chief \(worker 0\), not on worker1$"):
+        capture_duty(at_chief, _role("worker1"))
+    with pytest.raises(UsageError, match=r"^capture_interface: with capture_site ps the capture runs on ps0"):
+        capture_duty(at_ps, _role("worker0", capture_interface="eth0"))
+    with pytest.raises(UsageError, match=r"^capture_interface: ps0 captures only with capture and capture_site ps$"):
+        capture_duty(none, _role("ps0", capture_interface="eth0"))
+    with pytest.raises(UsageError, match=r"^capture_interface: the capture runs on the chief \(worker 0\) or, "
+                                         r"with capture_site ps, on ps0; not on worker1$"):
+        _role("worker1", capture_interface="eth0")
+    with pytest.raises(UsageError, match=r"^capture_site: applies to a capture: give capture too$"):
+        CollectConfig(tmp_path / "run", capture_site=CaptureSite.PS)
+    # PS 0 sees each worker on two connections: to its own port, and from it to the worker's
+    assert ps_capture_pairs(_role("ps0")) == [("10.0.0.3", 2222), ("10.0.0.3", 2222), ("10.0.0.4", 2222),
+                                              ("10.0.0.4", 2222)]
+    record = chief_record(_role("worker0"))
+    assert (record["host"], record["file"], record["record"], record["taken_on"]) == (
+        "ps0", "capture.pcap.gz", "capture.json", "10.0.0.1")
+
+
+@pytest.mark.parametrize(("task", "extra", "message"), [
+    ("worker1", ("--capture", "--capture-at", "ps"),
+     "--capture-at: the capture at the PS runs on ps0 (and the chief records it), not on worker1"),
+    ("ps1", ("--capture", "--capture-at", "ps", "--out", "{tmp}/cap"),
+     "--capture-at: the capture at the PS runs on ps0 (and the chief records it), not on ps1"),
+    ("ps0", ("--capture", "--capture-at", "ps"), "--out: ps0 writes its capture into a directory: give it (--out DIR)"),
+    ("ps0", ("--capture", "--out", "{tmp}/cap"), "--capture: the capture runs on the chief (worker 0), not on ps0: "
+                                                 "to capture at PS 0, give capture_site ps here and on the chief"),
+    ("worker0", ("--capture-at", "ps", "--out", "{tmp}/run"), "--capture-at: applies to a capture: give capture too"),
+    ("worker0", ("--capture", "--capture-at", "ps", "--capture-interface", "eth0", "--out", "{tmp}/run"),
+     "--capture-interface: with capture_site ps the capture runs on ps0: give its interface there, not on worker0"),
+])
+def test_capture_site_given_to_the_wrong_task_exits_2(task, extra, message, tmp_path, capsys, monkeypatch):
+    from cli_runner import run
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3", "127.0.0.1:4"]}))
+    code, _, err = run(["collect", "--cluster-spec", spec, "--role", task[:-1], "--task-index", task[-1],
+                          *TINY, *(a.format(tmp=tmp_path) for a in extra)], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [f"tfsim: error: {message}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json"]  # nothing written
+
+
+def test_capture_site_without_capture_exits_2_in_local_mode(tmp_path, capsys, monkeypatch):
+    from cli_runner import run
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    code, _, err = run(["collect", *TINY, "--capture-at", "ps", "--out", tmp_path / "run"], capsys)
+    assert (code, err.strip()) == (2, "tfsim: error: --capture-at: applies to a capture: give capture too")
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------------------- TensorFlow on loopback
 
 @pytest.mark.tensorflow
