@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tfbase.errors import ClusterError
+from tfbase.errors import ClusterError, InputError
 from tfprofile.harness.tfconfig import agreement_difference, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -276,10 +276,10 @@ def test_a_different_model_on_the_ps_is_refused(tmp_path, tasks):
 
 @pytest.fixture(scope="module")
 def lab():
-    """Hosts ps0, ps1 and w0 on a bridge, 200 Mbit/s links; always torn down."""
+    """Hosts ps0, ps1, w0 and w1 on a bridge, 200 Mbit/s links; always torn down."""
     from tfsim.lab.netns import EmulatedCluster, list_namespaces
 
-    cluster = EmulatedCluster(["ps0", "ps1", "w0"], rate_bit=200_000_000).up()
+    cluster = EmulatedCluster(["ps0", "ps1", "w0", "w1"], rate_bit=200_000_000).up()
     try:
         yield cluster
     finally:
@@ -398,3 +398,65 @@ def test_a_capture_interface_without_traffic_is_refused(lab, tasks, tmp_path):
                                  "interface that carries it (--capture-interface)")
     assert [p.returncode for p in ps_procs] == [0]
     assert not (tmp_path / "run").exists()
+
+
+@needs_lab
+@pytest.mark.tensorflow
+# the workers' reachability probes (wait_reachable) connect to PS 0 and close without a word of HTTP/2
+@pytest.mark.filterwarnings("ignore:.*not decodable as HTTP/2")
+def test_capture_at_the_ps_of_a_two_worker_job_is_what_the_timeline_reads(lab, tasks, tmp_path):
+    """PS 0 captures both workers' traffic into its own --out; the chief records where; the two
+    files copied into the run directory make a run the timeline decodes, every worker's tensors
+    in every step."""
+    pytest.importorskip("tensorflow")
+    from tfsim.lab.timeline import measured_timeline
+    from tfsim.lab.timeline_view import ps_capture_of
+
+    hosts = lab.hosts
+    config = {"ps": [f"{hosts['ps0'].address}:2222"],
+              "worker": [f"{hosts['w0'].address}:2222", f"{hosts['w1'].address}:2222"]}
+
+    def task_env(role: str, index: int) -> dict:
+        return env_with(json.dumps({"cluster": config, "task": {"type": role, "index": index}}))
+
+    run, ps_out = tmp_path / "run", tmp_path / "ps0-capture"
+    ps = tasks.start("collect", *TINY, "--capture", "--capture-at", "ps", "--out", ps_out, env=task_env("ps", 0),
+                     prefix=hosts["ps0"].exec_prefix())
+    worker1 = tasks.start("collect", *TINY, env=task_env("worker", 1), prefix=hosts["w1"].exec_prefix())
+    chief = tfsim("collect", *TINY, "--capture", "--capture-at", "ps", "--out", run, env=task_env("worker", 0),
+                  prefix=hosts["w0"].exec_prefix())
+    assert chief.returncode == 0, chief.stderr
+    ps_stdout, ps_stderr = ps.communicate(timeout=60)
+    worker1.communicate(timeout=60)
+    assert (ps.returncode, worker1.returncode) == (0, 0), ps_stderr
+    assert ps_stdout.strip() == str(ps_out)
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["capture_site"] == "ps"
+    assert {k: record["capture"][k] for k in ("host", "file", "record", "taken_on")} == {
+        "host": "ps0", "file": "capture.pcap.gz", "record": "capture.json", "taken_on": hosts["ps0"].address}
+    assert not (run / "capture.pcap.gz").exists()
+    assert (f"tfsim: the capture was taken on ps0 ({hosts['ps0'].address}): copy capture.pcap.gz and capture.json "
+            f"from its --out directory into {run}") in chief.stderr
+    with pytest.raises(InputError, match=r"has no capture.pcap.gz: the capture was taken on ps0; copy capture.pcap.gz "
+                                         r"and capture.json from the --out directory of ps0"):
+        ps_capture_of(run)
+
+    assert sorted(p.name for p in ps_out.iterdir()) == ["capture.json", "capture.pcap.gz"]
+    ps_record = json.loads((ps_out / "capture.json").read_text())
+    w0, w1 = hosts["w0"].address, hosts["w1"].address
+    assert ps_record["host"] == "ps0" and ps_record["interface"] == "eth0" and ps_record["captured"] > 100
+    assert ps_record["filter"] == f"tcp and ((host {w0} and port 2222) or (host {w1} and port 2222))"
+    assert ps_record["cluster"] == record["cluster"]
+    for name in ("capture.pcap.gz", "capture.json"):
+        shutil.copy(ps_out / name, run / name)
+    timeline = measured_timeline(ps_capture_of(run), run, rate_Bps=200e6 / 8, chain=())
+    assert timeline.layout.worker_ips == (w0, w1)
+    # every measured step of each worker fetches tiny's 10 tensors and sends its 9 gradients, through PS 0
+    per_step: dict = {}
+    for m in timeline.messages:
+        if m["rpc"] == "RecvTensor" and m["step"] >= 0:
+            key = (m["worker"], m["step"], m["response_dir"])
+            per_step[key] = per_step.get(key, 0) + 1
+    for w in (0, 1):
+        assert len(timeline.layout.steps[w]) == 4
+        assert {(per_step.get((w, k, "down")), per_step.get((w, k, "up"))) for k in range(4)} == {(10, 9)}
