@@ -123,7 +123,7 @@ def _copy_run(tmp_path: Path, **changes) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("case", ["chief", "none", "not_copied", "other_job", "loopback"])
+@pytest.mark.parametrize("case", ["chief", "none", "not_copied", "other_job", "unknown_record", "loopback"])
 def test_a_run_without_a_capture_at_the_ps_exits_2_before_simulating(case, tmp_path, capsys):
     record = json.loads((W2_RUN / "run.json").read_text())
     ps_capture = {**record["capture"], "record": "capture.json", "taken_on": "10.231.0.1",
@@ -144,9 +144,15 @@ def test_a_run_without_a_capture_at_the_ps_exits_2_before_simulating(case, tmp_p
                     "from the --out directory of ps0 (10.231.0.1) into this run directory")
     elif case == "other_job":
         run_dir = _copy_run(tmp_path, capture=ps_capture)
-        (run_dir / "capture.json").write_text(json.dumps({"host": "ps0", "cluster": {"ps": ["10.0.0.1:2222"]}}))
+        (run_dir / "capture.json").write_text(json.dumps({"format": "tfsim.ps-capture/1", "host": "ps0",
+                                                          "cluster": {"ps": ["10.0.0.1:2222"]}}))
         expected = "is the capture of another job"
         run_dir = run_dir / "capture.json"  # the file at fault is named
+    elif case == "unknown_record":
+        run_dir = _copy_run(tmp_path, capture=ps_capture)
+        (run_dir / "capture.json").write_text(json.dumps({"format": "tfsim.ps-capture/2"}))
+        expected = "format is 'tfsim.ps-capture/2', expected 'tfsim.ps-capture/1'"
+        run_dir = run_dir / "capture.json"
     else:
         run_dir = _copy_run(tmp_path, cluster={"ps": ["127.0.0.1:2222"],
                                                "worker": ["127.0.0.1:2223", "127.0.0.1:2224"]})

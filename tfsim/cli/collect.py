@@ -63,7 +63,8 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="replace RUN_DIR if it exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--capture-interface", metavar="IFACE",
-                   help="interface tcpdump listens on (default: lo; with --role: the one routing to PS 0)")
+                   help="interface tcpdump listens on (default: lo; with --role: the one routing to PS 0, or on "
+                        "PS 0 with --capture-at ps the one routing to worker 0)")
     role = p.add_argument_group(
         "one task per host (a real cluster)",
         "With --role, --task-index, --cluster-spec or TF_CONFIG set, collect starts only this host's task of the "

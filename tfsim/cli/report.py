@@ -46,10 +46,10 @@ def register(sub) -> None:
                         "Pareto front of throughput against cost)")
     p.add_argument("--examples", type=float, metavar="N", help="with --price: an epoch's examples (hours per epoch)")
     p.add_argument("--timeline-run", type=Path, metavar="RUN_DIR",
-                   help="a W-worker run captured at PS 0 (tfsim lab --timeline, or tfsim collect --capture "
-                        "--capture-at ps): adds a section with its measured timeline beside tfsim's simulation of "
-                        "the same W (a figure of a few steps, where the two differ) and writes both as "
-                        "DIR/timeline.trace.json for Perfetto")
+                   help="a W-worker run captured at PS 0 (tfsim collect --capture --capture-at ps; on a real "
+                        "cluster with PS 0's capture copied in): adds a section with its measured timeline beside "
+                        "tfsim's simulation of the same W (a figure of a few steps, where the two differ) and "
+                        "writes both as DIR/timeline.trace.json for Perfetto")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     add_jobs_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")

@@ -254,6 +254,7 @@ def ps_capture_of(run_dir: str | Path) -> Path:
     addresses (the decoder tells the workers apart by address: a run on loopback cannot be
     read). Raises :class:`~tfbase.errors.InputError` naming the directory and what is missing.
     """
+    from tfprofile.harness.capture_site import PS_CAPTURE_FORMAT
     from tfprofile.rundir import open_run_dir
 
     run_dir = Path(run_dir)
@@ -279,10 +280,12 @@ def ps_capture_of(run_dir: str | Path) -> Path:
             record = json.loads(record_path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(record_path, f"is not readable JSON ({exc})") from None
-        if not isinstance(record, dict) or record.get("cluster") != run.get("cluster"):
+        if not isinstance(record, dict) or record.get("format") != PS_CAPTURE_FORMAT:
+            raise InputError(record_path, f"format is {record.get('format') if isinstance(record, dict) else None!r}, "
+                                          f"expected {PS_CAPTURE_FORMAT!r}")
+        if record.get("cluster") != run.get("cluster"):
             raise InputError(record_path, f"is the capture of another job: its cluster "
-                                          f"{record.get('cluster') if isinstance(record, dict) else None} is not "
-                                          f"run.json's {run.get('cluster')}")
+                                          f"{record.get('cluster')} is not run.json's {run.get('cluster')}")
     cluster = run.get("cluster") or {}
     hosts = [address.rpartition(":")[0].strip("[]") for address in [*cluster.get("ps", []),
                                                                    *cluster.get("worker", [])]]

@@ -1,7 +1,7 @@
 """The report's measured timeline (``tfsim report --timeline-run RUN_DIR``).
 
-A W-worker run captured at PS 0 (``tfsim lab --timeline``, or ``tfsim collect --capture
---capture-at ps`` on a real cluster: docs/formats.md §2.7) laid beside tfsim's ``grpc``
+A W-worker run captured at PS 0 (``tfsim collect --capture --capture-at ps``; on a real
+cluster with PS 0's capture copied into the run directory: docs/formats.md §2.7) laid beside tfsim's ``grpc``
 simulation of the same W with the report's profile, cluster and hosts
 (:func:`tfsim.lab.timeline_view.timeline_view`, docs/formats.md §10.1). This module checks the
 run directory before anything is simulated, builds the view, and gives what the report shows
