@@ -36,7 +36,7 @@ from tfprofile.harness.capture import (
     require_tools,
 )
 from tfprofile.harness.launcher import INCOMPLETE_SUFFIX, CaptureSite, CollectConfig
-from tfprofile.harness.tfconfig import split_address
+from tfprofile.harness.tfconfig import TaskId, split_address
 
 if TYPE_CHECKING:
     from tfprofile.harness.role import RoleOptions
@@ -61,7 +61,7 @@ class CaptureDuty(enum.Enum):
 
 
 def _is_ps0(role: RoleOptions) -> bool:
-    return role.task.role == "ps" and role.task.index == 0
+    return role.task == TaskId("ps", 0)
 
 
 def capture_duty(config: CollectConfig, role: RoleOptions) -> CaptureDuty:

@@ -86,7 +86,7 @@ class RoleOptions:
             raise UsageError("iperf_port", f"must be a TCP port, not {self.iperf_port}")
         if self.iperf_server and self.task.role != "ps":
             raise UsageError("iperf_server", f"runs on a PS task, not on {self.task.label}")
-        if self.capture_interface is not None and not (self.task.is_chief or self.task.label == "ps0"):
+        if self.capture_interface is not None and not (self.task.is_chief or self.task == TaskId("ps", 0)):
             raise UsageError("capture_interface", f"the capture runs on the chief (worker 0) or, with capture_site "
                                                   f"ps, on ps0; not on {self.task.label}")
         if self.iperf and not self.task.is_chief:
