@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tfbase.errors import ClusterError
+from tfbase.errors import ClusterError, InputError
 from tfprofile.harness.tfconfig import agreement_difference, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -163,6 +163,88 @@ def test_unreachable_ps_times_out(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+# ---------------------------------------------------------------------------- where the capture runs, no TensorFlow
+
+def _role(label: str, **options):
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+    cluster = ClusterSpec(("10.0.0.1:2222", "10.0.0.2:2222"), ("10.0.0.3:2222", "10.0.0.4:2222"))
+    return RoleOptions(TaskId(label[:-1], int(label[-1])), cluster, **options)
+
+
+def test_capture_duty_of_each_task(tmp_path):
+    from tfbase.errors import UsageError
+    from tfprofile.harness.capture_site import CaptureDuty, capture_duty, chief_record, ps_capture_pairs
+    from tfprofile.harness.launcher import CaptureSite, CollectConfig
+
+    at_chief = CollectConfig(tmp_path / "run", capture=True)
+    at_ps = CollectConfig(tmp_path / "run", capture=True, capture_site=CaptureSite.PS)
+    none = CollectConfig(tmp_path / "run")
+    assert [capture_duty(at_chief, _role(t)) for t in ("worker0",)] == [CaptureDuty.CAPTURE]
+    assert [capture_duty(at_ps, _role(t)) for t in ("worker0", "ps0")] == [CaptureDuty.RECORD, CaptureDuty.CAPTURE]
+    assert {capture_duty(none, _role(t)) for t in ("worker0", "worker1", "ps0", "ps1")} == {CaptureDuty.NONE}
+    assert capture_duty(at_ps, _role("ps0", capture_interface="eth1")) is CaptureDuty.CAPTURE
+    for label in ("worker1", "ps1"):
+        with pytest.raises(UsageError, match=rf"^capture_site: the capture at the PS runs on ps0 \(and the chief "
+                                             rf"records it\), not on {label}$"):
+            capture_duty(at_ps, _role(label))
+    with pytest.raises(UsageError, match=r"^capture: the capture runs on the chief \(worker 0\), not on ps0: to "
+                                         r"capture at PS 0, give capture_site ps here and on the chief$"):
+        capture_duty(at_chief, _role("ps0"))
+    with pytest.raises(UsageError, match=r"^capture: the capture runs on the chief \(worker 0\), not on worker1$"):
+        capture_duty(at_chief, _role("worker1"))
+    with pytest.raises(UsageError, match=r"^capture_interface: with capture_site ps the capture runs on ps0"):
+        capture_duty(at_ps, _role("worker0", capture_interface="eth0"))
+    with pytest.raises(UsageError, match=r"^capture_interface: ps0 captures only with capture and capture_site ps$"):
+        capture_duty(none, _role("ps0", capture_interface="eth0"))
+    with pytest.raises(UsageError, match=r"^capture_interface: the capture runs on the chief \(worker 0\) or, "
+                                         r"with capture_site ps, on ps0; not on worker1$"):
+        _role("worker1", capture_interface="eth0")
+    with pytest.raises(UsageError, match=r"^capture_site: applies to a capture: give capture too$"):
+        CollectConfig(tmp_path / "run", capture_site=CaptureSite.PS)
+    # PS 0 sees each worker on two connections: to its own port, and from it to the worker's
+    assert ps_capture_pairs(_role("ps0")) == [("10.0.0.3", 2222), ("10.0.0.3", 2222), ("10.0.0.4", 2222),
+                                              ("10.0.0.4", 2222)]
+    record = chief_record(_role("worker0"))
+    assert (record["host"], record["file"], record["record"], record["taken_on"]) == (
+        "ps0", "capture.pcap.gz", "capture.json", "10.0.0.1")
+
+
+@pytest.mark.parametrize(("task", "extra", "message"), [
+    ("worker1", ("--capture", "--capture-at", "ps"),
+     "--capture-at: the capture at the PS runs on ps0 (and the chief records it), not on worker1"),
+    ("ps1", ("--capture", "--capture-at", "ps", "--out", "{tmp}/cap"),
+     "--capture-at: the capture at the PS runs on ps0 (and the chief records it), not on ps1"),
+    ("ps0", ("--capture", "--capture-at", "ps"), "--out: ps0 writes its capture into a directory: give it (--out DIR)"),
+    ("ps0", ("--capture", "--out", "{tmp}/cap"), "--capture: the capture runs on the chief (worker 0), not on ps0: "
+                                                 "to capture at PS 0, give capture_site ps here and on the chief"),
+    ("worker0", ("--capture-at", "ps", "--out", "{tmp}/run"), "--capture-at: applies to a capture: give capture too"),
+    ("worker0", ("--capture", "--capture-at", "ps", "--capture-interface", "eth0", "--out", "{tmp}/run"),
+     "--capture-interface: with capture_site ps the capture runs on ps0: give its interface there, not on worker0"),
+])
+def test_capture_site_given_to_the_wrong_task_exits_2(task, extra, message, tmp_path, capsys, monkeypatch):
+    from cli_runner import run
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps({"ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3", "127.0.0.1:4"]}))
+    code, _, err = run(["collect", "--cluster-spec", spec, "--role", task[:-1], "--task-index", task[-1],
+                          *TINY, *(a.format(tmp=tmp_path) for a in extra)], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [f"tfsim: error: {message}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json"]  # nothing written
+
+
+def test_capture_site_without_capture_exits_2_in_local_mode(tmp_path, capsys, monkeypatch):
+    from cli_runner import run
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    code, _, err = run(["collect", *TINY, "--capture-at", "ps", "--out", tmp_path / "run"], capsys)
+    assert (code, err.strip()) == (2, "tfsim: error: --capture-at: applies to a capture: give capture too")
+    assert not (tmp_path / "run").exists()
+
+
 # ---------------------------------------------------------------------------- TensorFlow on loopback
 
 @pytest.mark.tensorflow
@@ -194,10 +276,10 @@ def test_a_different_model_on_the_ps_is_refused(tmp_path, tasks):
 
 @pytest.fixture(scope="module")
 def lab():
-    """Hosts ps0, ps1 and w0 on a bridge, 200 Mbit/s links; always torn down."""
+    """Hosts ps0, ps1, w0 and w1 on a bridge, 200 Mbit/s links; always torn down."""
     from tfsim.lab.netns import EmulatedCluster, list_namespaces
 
-    cluster = EmulatedCluster(["ps0", "ps1", "w0"], rate_bit=200_000_000).up()
+    cluster = EmulatedCluster(["ps0", "ps1", "w0", "w1"], rate_bit=200_000_000).up()
     try:
         yield cluster
     finally:
@@ -316,3 +398,65 @@ def test_a_capture_interface_without_traffic_is_refused(lab, tasks, tmp_path):
                                  "interface that carries it (--capture-interface)")
     assert [p.returncode for p in ps_procs] == [0]
     assert not (tmp_path / "run").exists()
+
+
+@needs_lab
+@pytest.mark.tensorflow
+# the workers' reachability probes (wait_reachable) connect to PS 0 and close without a word of HTTP/2
+@pytest.mark.filterwarnings("ignore:.*not decodable as HTTP/2")
+def test_capture_at_the_ps_of_a_two_worker_job_is_what_the_timeline_reads(lab, tasks, tmp_path):
+    """PS 0 captures both workers' traffic into its own --out; the chief records where; the two
+    files copied into the run directory make a run the timeline decodes, every worker's tensors
+    in every step."""
+    pytest.importorskip("tensorflow")
+    from tfsim.lab.timeline import measured_timeline
+    from tfsim.lab.timeline_view import ps_capture_of
+
+    hosts = lab.hosts
+    config = {"ps": [f"{hosts['ps0'].address}:2222"],
+              "worker": [f"{hosts['w0'].address}:2222", f"{hosts['w1'].address}:2222"]}
+
+    def task_env(role: str, index: int) -> dict:
+        return env_with(json.dumps({"cluster": config, "task": {"type": role, "index": index}}))
+
+    run, ps_out = tmp_path / "run", tmp_path / "ps0-capture"
+    ps = tasks.start("collect", *TINY, "--capture", "--capture-at", "ps", "--out", ps_out, env=task_env("ps", 0),
+                     prefix=hosts["ps0"].exec_prefix())
+    worker1 = tasks.start("collect", *TINY, env=task_env("worker", 1), prefix=hosts["w1"].exec_prefix())
+    chief = tfsim("collect", *TINY, "--capture", "--capture-at", "ps", "--out", run, env=task_env("worker", 0),
+                  prefix=hosts["w0"].exec_prefix())
+    assert chief.returncode == 0, chief.stderr
+    ps_stdout, ps_stderr = ps.communicate(timeout=60)
+    worker1.communicate(timeout=60)
+    assert (ps.returncode, worker1.returncode) == (0, 0), ps_stderr
+    assert ps_stdout.strip() == str(ps_out)
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["capture_site"] == "ps"
+    assert {k: record["capture"][k] for k in ("host", "file", "record", "taken_on")} == {
+        "host": "ps0", "file": "capture.pcap.gz", "record": "capture.json", "taken_on": hosts["ps0"].address}
+    assert not (run / "capture.pcap.gz").exists()
+    assert (f"tfsim: the capture was taken on ps0 ({hosts['ps0'].address}): copy capture.pcap.gz and capture.json "
+            f"from its --out directory into {run}") in chief.stderr
+    with pytest.raises(InputError, match=r"has no capture.pcap.gz: the capture was taken on ps0; copy capture.pcap.gz "
+                                         r"and capture.json from the --out directory of ps0"):
+        ps_capture_of(run)
+
+    assert sorted(p.name for p in ps_out.iterdir()) == ["capture.json", "capture.pcap.gz"]
+    ps_record = json.loads((ps_out / "capture.json").read_text())
+    w0, w1 = hosts["w0"].address, hosts["w1"].address
+    assert ps_record["host"] == "ps0" and ps_record["interface"] == "eth0" and ps_record["captured"] > 100
+    assert ps_record["filter"] == f"tcp and ((host {w0} and port 2222) or (host {w1} and port 2222))"
+    assert ps_record["cluster"] == record["cluster"]
+    for name in ("capture.pcap.gz", "capture.json"):
+        shutil.copy(ps_out / name, run / name)
+    timeline = measured_timeline(ps_capture_of(run), run, rate_Bps=200e6 / 8, chain=())
+    assert timeline.layout.worker_ips == (w0, w1)
+    # every measured step of each worker fetches tiny's 10 tensors and sends its 9 gradients, through PS 0
+    per_step: dict = {}
+    for m in timeline.messages:
+        if m["rpc"] == "RecvTensor" and m["step"] >= 0:
+            key = (m["worker"], m["step"], m["response_dir"])
+            per_step[key] = per_step.get(key, 0) + 1
+    for w in (0, 1):
+        assert len(timeline.layout.steps[w]) == 4
+        assert {(per_step.get((w, k, "down")), per_step.get((w, k, "up"))) for k in range(4)} == {(10, 9)}

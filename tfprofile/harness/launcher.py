@@ -110,6 +110,8 @@ class CollectConfig:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
         if not isinstance(self.capture_site, CaptureSite):
             raise UsageError("capture_site", f"must be a CaptureSite, not {self.capture_site!r}")
+        if self.capture_site is not CaptureSite.CHIEF_WORKER and not self.capture:
+            raise UsageError("capture_site", "applies to a capture: give capture too")
         for name in ("warmup_steps", "image_size", "num_classes", "intra_op_threads", "inter_op_threads",
                      "iperf_repeats"):
             if getattr(self, name) < 0:

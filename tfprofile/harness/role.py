@@ -10,7 +10,9 @@ Each host runs one ``tfsim collect`` per task, with the cluster from ``TF_CONFIG
   trains; the tasks check that they run the same model and options before the first step;
 - the **chief** (worker 0) also measures each PS host's link with ``iperf3 -J`` (``iperf``),
   captures its traffic with every PS (``config.capture``), and alone writes the run
-  directory, whose ``run.json`` records the cluster spec, the hosts and the placement.
+  directory, whose ``run.json`` records the cluster spec, the hosts and the placement;
+- with ``config.capture_site`` ``PS``, **PS 0** captures instead, every worker's traffic with
+  it, into its own ``out_dir``, and the chief records where (:mod:`tfprofile.harness.capture_site`).
 
 Bad input (:class:`~tfbase.errors.ClusterError`, exit status 2) names the task; a task that
 fails otherwise raises :class:`~tfbase.errors.CollectError`. This module does not import
@@ -47,6 +49,7 @@ from tfprofile.harness.capture import (
     require_tools,
     stop_running_captures,
 )
+from tfprofile.harness.capture_site import CaptureDuty, PsCapture, capture_duty, chief_record
 from tfprofile.harness.launcher import (
     INCOMPLETE_SUFFIX,
     CollectConfig,
@@ -83,8 +86,9 @@ class RoleOptions:
             raise UsageError("iperf_port", f"must be a TCP port, not {self.iperf_port}")
         if self.iperf_server and self.task.role != "ps":
             raise UsageError("iperf_server", f"runs on a PS task, not on {self.task.label}")
-        if self.capture_interface is not None and not self.task.is_chief:
-            raise UsageError("capture_interface", f"the capture runs on the chief (worker 0), not on {self.task.label}")
+        if self.capture_interface is not None and not (self.task.is_chief or self.task == TaskId("ps", 0)):
+            raise UsageError("capture_interface", f"the capture runs on the chief (worker 0) or, with capture_site "
+                                                  f"ps, on ps0; not on {self.task.label}")
         if self.iperf and not self.task.is_chief:
             raise UsageError("iperf", f"runs on the chief (worker 0), not on {self.task.label}")
 
@@ -202,30 +206,40 @@ def _apply(state: _Watch, event: dict, bar) -> None:
 
 def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
              overwrite: bool = False) -> Path | None:
-    """Run this host's task of the job; return the run directory (the chief) or ``None``."""
+    """Run this host's task of the job; return the run directory (the chief), PS 0's capture
+    directory (PS 0 capturing at the PS) or ``None``."""
+    duty = capture_duty(config, role)
     if role.task.is_chief:
-        return _run_chief(config, role, progress=progress, overwrite=overwrite)
-    if config.capture:
-        raise UsageError("capture", f"the capture runs on the chief (worker 0), not on {role.task.label}")
+        return _run_chief(config, role, duty, progress=progress, overwrite=overwrite)
+    capture_dir = PsCapture.prepare(config.out_dir, overwrite=overwrite) if duty is CaptureDuty.CAPTURE else None
     if role.task.role == "worker":
         wait_reachable(role)
     work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
     (work / "logs").mkdir()
     server = IperfServer.start(role.iperf_port) if role.iperf_server else None
-    task = None
+    task, capture, out = None, None, None
     try:
+        # tcpdump first, so that it sees every connection the job opens
+        capture = PsCapture.start(config.out_dir, capture_dir, role) if capture_dir is not None else None
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start_task(config, role, work, work)
             _watch(task, lines, config)
             task.stop()  # reaped: its CPU time is counted as the task's own
+            if capture is not None:  # tcpdump's CPU time too: it is part of the measurement
+                capture.stop(role)
+        if capture is not None:
+            out = capture.finish(role)
     finally:
         if task is not None:
             task.stop()
         if server is not None:
             server.stop()
+        if capture is not None:
+            capture.abandon()
+        stop_running_captures()
     shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
     say_host_load(role.task.label, meter.sample)
-    return None
+    return out
 
 
 def say_host_load(label: str, sample: LoadSample) -> None:
@@ -306,11 +320,12 @@ def _hosts_record(role: RoleOptions) -> dict:
     return hosts
 
 
-def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool) -> Path:
+def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
+               overwrite: bool) -> Path:
     out = config.out_dir
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
-    if config.capture:
+    if duty is CaptureDuty.CAPTURE:
         require_tools("tcpdump")
         require_root("collect --capture")
     if role.iperf:
@@ -325,7 +340,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, over
     links = _measure_links(config, role, partial) if role.iperf else []
     task, tcpdump, bar = None, None, None
     try:
-        if config.capture:
+        if duty is CaptureDuty.CAPTURE:
             tcpdump, capture = _start_capture(role, partial)
         if progress:
             from tqdm import tqdm
@@ -338,7 +353,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, over
             if not state.finished:
                 raise CollectError(f"worker0 exited without finishing (log: {task.log_path})")
             task.stop()  # reaped: its CPU time is counted as the task's own
-            capture_record = None
+            capture_record = chief_record(role) if duty is CaptureDuty.RECORD else None
             if tcpdump is not None:  # tcpdump's CPU time too: it is part of the measurement
                 capture_record = _stop_capture(tcpdump, capture, role, partial)
                 tcpdump = None
@@ -352,6 +367,10 @@ def _run_chief(config: CollectConfig, role: RoleOptions, *, progress: bool, over
         if out.exists():
             shutil.rmtree(out)
         os.replace(partial, out)
+        if duty is CaptureDuty.RECORD:
+            print(f"tfsim: the capture was taken on ps0 ({capture_record['taken_on']}): copy "
+                  f"{capture_record['file']} and {capture_record['record']} from its --out directory into {out}",
+                  file=sys.stderr, flush=True)
         return out
     finally:
         if bar is not None:

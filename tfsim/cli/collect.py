@@ -51,13 +51,20 @@ def register(sub) -> None:
     p.add_argument("--capture", action="store_true",
                    help="also measure the link with iperf3 -J (both directions, 3 runs each) and capture the job's "
                         "gRPC traffic with tcpdump into capture.pcap.gz, for tfsim calibrate (needs root); with "
-                        "--role: the chief's capture only (see --iperf)")
+                        "--role: the capture only (see --iperf and --capture-at)")
+    p.add_argument("--capture-at", dest="capture_site", choices=("chief-worker", "ps"), default="chief-worker",
+                   help="with --capture, where tcpdump runs: chief-worker (default; the one-worker run calibrate "
+                        "reads) or ps: PS 0's host, every worker's traffic with it (the W-worker run tfsim report "
+                        "--timeline-run reads); with --role give it to PS 0, which captures into its own --out, and "
+                        "to the chief, which records where the capture is")
     p.add_argument("--out", type=Path, metavar="RUN_DIR",
-                   help="run directory to create (required, except on a PS or a non-chief worker with --role)")
+                   help="run directory to create (required, except on a PS or a non-chief worker with --role; "
+                        "PS 0 with --capture-at ps: the directory for its capture)")
     p.add_argument("--force", action="store_true", help="replace RUN_DIR if it exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--capture-interface", metavar="IFACE",
-                   help="interface tcpdump listens on (default: lo; with --role: the one routing to PS 0)")
+                   help="interface tcpdump listens on (default: lo; with --role: the one routing to PS 0, or on "
+                        "PS 0 with --capture-at ps the one routing to worker 0)")
     role = p.add_argument_group(
         "one task per host (a real cluster)",
         "With --role, --task-index, --cluster-spec or TF_CONFIG set, collect starts only this host's task of the "
@@ -90,15 +97,18 @@ def _role_mode(args) -> bool:
 
 
 def run(args) -> int:
-    from tfprofile.harness.launcher import CollectConfig, collect
+    from tfprofile.harness.launcher import CaptureSite, CollectConfig, collect
 
     role = _role_options(args) if _role_mode(args) else None
     if role is None:
         for flag, given in (("--iperf", args.iperf), ("--iperf-server", args.iperf_server)):
             if given:
                 raise InputError(flag, "belongs to one task of a cluster job: give --role (or TF_CONFIG)")
+    capture_site = CaptureSite(args.capture_site)
     if args.out is None and (role is None or role.task.is_chief):
         raise InputError("--out", "give the run directory to create (--out RUN_DIR)")
+    if args.out is None and args.capture and capture_site is CaptureSite.PS and role.task.label == "ps0":
+        raise InputError("--out", "ps0 writes its capture into a directory: give it (--out DIR)")
     config = CollectConfig(
         out_dir=args.out or Path("."), model=(args.model_fn and "custom") or args.model, model_fn=args.model_fn,
         batch_size=args.batch, image_size=args.image_size, num_classes=args.num_classes, steps=args.steps,
@@ -106,7 +116,7 @@ def run(args) -> int:
         workers=len(role.cluster.worker) if role else args.workers or 1,
         ps_tasks=len(role.cluster.ps) if role else args.ps_tasks or 1,
         placement=args.placement, intra_op_threads=args.intra_op_threads, inter_op_threads=args.inter_op_threads,
-        timeout_s=args.timeout, capture=args.capture, zero_init=args.zero_init,
+        timeout_s=args.timeout, capture=args.capture, capture_site=capture_site, zero_init=args.zero_init,
         iperf_repeats=args.iperf_repeats, iperf_seconds=args.iperf_seconds,
         env=(("TF_GRPC_DEFAULT_OPTIONS", args.grpc_options),) if args.grpc_options else (),
     )

@@ -45,6 +45,11 @@ def register(sub) -> None:
                    help="$/hour of a worker host and of a PS host: adds a cost section (cost per example, the "
                         "Pareto front of throughput against cost)")
     p.add_argument("--examples", type=float, metavar="N", help="with --price: an epoch's examples (hours per epoch)")
+    p.add_argument("--timeline-run", type=Path, metavar="RUN_DIR",
+                   help="a W-worker run captured at PS 0 (tfsim collect --capture --capture-at ps; on a real "
+                        "cluster with PS 0's capture copied in): adds a section with its measured timeline beside "
+                        "tfsim's simulation of the same W (a figure of a few steps, where the two differ) and "
+                        "writes both as DIR/timeline.trace.json for Perfetto")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     add_jobs_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
@@ -63,11 +68,12 @@ def run(args) -> int:
         steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
         ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
-        plots_dir=args.cluster_plots, jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        plots_dir=args.cluster_plots, timeline_run=args.timeline_run, jobs=args.jobs or default_jobs(),
+        progress=not args.no_progress)
     say = (lambda message: None) if args.no_progress else console.say
     with Outputs() as outputs:
         directory = outputs.directory(args.out, "--out")
-        plan_report_files(directory)
+        plan_report_files(directory, timeline=args.timeline_run is not None)
         _, page = make_report(request, directory, say, ready=console.release)
         outputs.commit()
     print(page)

@@ -17,11 +17,13 @@ the lab measures throughput):
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 
+from tfbase.errors import InputError
 from tfsim.lab.timeline import (
     Timeline,
     compare,
@@ -212,7 +214,8 @@ def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cor
     Parameters
     ----------
     run_dir : path
-        A complete run directory with one PS whose ``capture.pcap.gz`` was taken at the PS.
+        A complete run directory with one PS whose ``capture.pcap.gz`` was taken at the PS
+        (:func:`ps_capture_of` checks it).
     profile, cluster : Profile, ClusterModel
         The job's profile and the cluster's calibration (from the one-worker run).
     rate_Bps : float
@@ -230,7 +233,7 @@ def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cor
 
     run_dir = Path(run_dir)
     if pcap is None:
-        pcap = next(iter(sorted(run_dir.glob("capture.pcap*"))), run_dir / "capture.pcap.gz")
+        pcap = ps_capture_of(run_dir)
     measured = measured_timeline(pcap, run_dir, rate_Bps=rate_Bps, chain=())
     workers = len(measured.layout.worker_ips)
     sim = traced_run(profile, cluster, workers=workers, transfer="grpc", priorities={}, cores=cores,
@@ -240,6 +243,57 @@ def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cor
     capacity = sustained_capacity_Bps(cluster)
     simulated = simulated_timeline(sim, *window, capacity_Bps=capacity)
     return TimelineView(measured, sim, simulated, compare(measured, simulated, capacity))
+
+
+def ps_capture_of(run_dir: str | Path) -> Path:
+    """The capture of ``run_dir`` taken at PS 0, checked: what :func:`timeline_view` decodes.
+
+    The run must be complete, have one PS, ``run.json``'s ``capture.host`` ``ps0`` and its
+    file in the directory (on a real cluster, copied from PS 0's ``--out``: its
+    ``capture.json``, when copied too, must name the same cluster), and its tasks on distinct
+    addresses (the decoder tells the workers apart by address: a run on loopback cannot be
+    read). Raises :class:`~tfbase.errors.InputError` naming the directory and what is missing.
+    """
+    from tfprofile.harness.capture_site import PS_CAPTURE_FORMAT
+    from tfprofile.rundir import open_run_dir
+
+    run_dir = Path(run_dir)
+    run = open_run_dir(run_dir).run
+    capture = run.get("capture")
+    how = "collect it with --capture --capture-at ps"
+    if not isinstance(capture, dict):
+        raise InputError(run_dir, f"has no capture (run.json's capture is null): the timeline needs one taken at "
+                                  f"PS 0; {how}")
+    if capture.get("host") != "ps0":
+        raise InputError(run_dir, f"its capture was taken on {capture.get('host') or 'the chief worker'}, not at "
+                                  f"PS 0: the timeline needs one taken at the PS; {how}")
+    name = str(capture.get("file") or "capture.pcap.gz")
+    if Path(name).name != name:
+        raise InputError(run_dir / "run.json", f"capture.file must be a file name, not {name!r}")
+    pcap = run_dir / name
+    if not pcap.is_file():
+        copy = capture.get("copy")
+        raise InputError(run_dir, f"has no {name}: the capture was taken on ps0" + (f"; copy {copy}" if copy else ""))
+    record_path = run_dir / str(capture.get("record") or "capture.json")
+    if record_path.is_file():
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(record_path, f"is not readable JSON ({exc})") from None
+        if not isinstance(record, dict) or record.get("format") != PS_CAPTURE_FORMAT:
+            raise InputError(record_path, f"format is {record.get('format') if isinstance(record, dict) else None!r}, "
+                                          f"expected {PS_CAPTURE_FORMAT!r}")
+        if record.get("cluster") != run.get("cluster"):
+            raise InputError(record_path, f"is the capture of another job: its cluster "
+                                          f"{record.get('cluster')} is not run.json's {run.get('cluster')}")
+    cluster = run.get("cluster") or {}
+    hosts = [address.rpartition(":")[0].strip("[]") for address in [*cluster.get("ps", []),
+                                                                   *cluster.get("worker", [])]]
+    if len(set(hosts)) < len(hosts):
+        shared = next(h for h in hosts if hosts.count(h) > 1)
+        raise InputError(run_dir, f"its tasks share the address {shared}: a capture cannot tell their traffic "
+                                  "apart (run each task on its own host or network namespace)")
+    return pcap
 
 
 def sustained_capacity_Bps(cluster) -> dict[str, float]:

@@ -7,6 +7,8 @@ enforced transfer order worth it?", with its numbers beside it as JSON and CSV.
 - :mod:`tfsim.report.gantt` lays traced runs out as Gantt pictures;
 - :mod:`tfsim.report.advice` turns the numbers into the headline and the recommendation;
 - :mod:`tfsim.report.figures` and :mod:`tfsim.report.page` draw the page;
+- :mod:`tfsim.report.timeline` and :mod:`tfsim.report.timeline_page` add a captured run's
+  measured timeline beside its simulation (``--timeline-run``);
 - :mod:`tfsim.report.outputs` writes it.
 """
 

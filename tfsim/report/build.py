@@ -32,6 +32,7 @@ from tfsim.comparison import check_measured_in_sweep, comparison_table, read_mea
 from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
+from tfsim.report.timeline import build_timeline, check_timeline_run
 
 REPORT_ORDERS = (ORDER_REFERENCE, "http2", "fifo", "tic", "tac", "random")
 GANTT_STEPS = 3
@@ -58,6 +59,7 @@ class ReportRequest:
     setting: str | None = None
     gantt_workers: int | None = None
     plots_dir: Path | None = None
+    timeline_run: Path | None = None
     jobs: int = 1
     progress: bool = True
 
@@ -95,6 +97,8 @@ class ReportRequest:
             parts += ["--setting", self.setting]
         if self.gantt_workers:
             parts += ["--gantt-workers", str(self.gantt_workers)]
+        if self.timeline_run is not None:
+            parts += ["--timeline-run", str(self.timeline_run)]
         return " ".join(parts)
 
 
@@ -119,6 +123,7 @@ class Report:
     calibration_plots: tuple[tuple[str, Path], ...]
     cost: object | None = None  # the reference rows with their cost (simulate.planning.add_costs), with --price
     ordering_reference: str = ORDER_REFERENCE  # what the orders' gains are measured against
+    timeline: object | None = None  # a captured run beside its simulation (tfsim.report.timeline), with --timeline-run
 
     @property
     def reference(self):
@@ -195,6 +200,8 @@ def plan_report(request: ReportRequest) -> ReportPlan:
         if err.source != "profile":
             raise
         raise InputError(request.profile_path, err.problem) from None
+    if request.timeline_run is not None:
+        check_timeline_run(request.timeline_run)  # a run without a capture at the PS fails before the sweep
     if request.price:
         Prices.parse(request.price)  # checked before anything is simulated
     if request.examples is not None and not request.price:
@@ -241,6 +248,11 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                                         mode=request.mode, cores=request.cores, colocation=request.hosts,
                                         steps=GANTT_STEPS,
                                         seed=request.seed)) for w in (1, many)]
+    timeline = None
+    if request.timeline_run is not None:
+        say(f"laying the captured run {request.timeline_run} beside its simulation")
+        timeline = build_timeline(request.timeline_run, profile, cluster, cores=request.cores,
+                                  colocation=request.hosts, seed=request.seed)
     cost = None
     if request.price:
         cost = add_costs(reference_rows.sort_values("workers").reset_index(drop=True), Prices.parse(request.price),
@@ -252,4 +264,5 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                   reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
                   comparison=comparison, measured=measured, orderings=orderings,
                   gantt_one=gantts[0], gantt_many=gantts[1],
-                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost)
+                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost,
+                  timeline=timeline)

@@ -15,6 +15,7 @@ from tfbase.figures import figure_bytes
 from tfbase.units import format_rate
 from tfsim.plots import throughput_figure
 from tfsim.report.gantt import gantt_figure
+from tfsim.report.timeline import timeline_figure
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -61,7 +62,8 @@ def cost_figure(cost, *, title: str):
 
 def report_figures(report) -> dict[str, Figure]:
     """Every figure of the page, by key: ``throughput``, ``orderings``, ``gantt_one``,
-    ``gantt_many`` and ``calibration_<name>`` for each calibration plot found."""
+    ``gantt_many``, ``calibration_<name>`` for each calibration plot found, and ``timeline``
+    with a measured timeline."""
     links = format_rate(report.cluster["bandwidth_Bps"]["downlink"])
     figures = {}
     figures["throughput"] = Figure(
@@ -94,6 +96,12 @@ def report_figures(report) -> dict[str, Figure]:
         if data is not None:
             key = f"calibration_{path.stem}"
             figures[key] = Figure(key, png_uri(data), caption + f" ({path.name})")
+    if getattr(report, "timeline", None) is not None:
+        figures["timeline"] = Figure(
+            "timeline", _render(timeline_figure(report.timeline)),
+            f"A few steps of the run with W = {report.timeline.workers}, captured at PS 0 (top), and of tfsim's "
+            "simulation of it (bottom): per direction the link's busy time, and per worker and direction each "
+            "tensor from its first to its last byte; dotted: worker 0's steps.")
     if report.cost is not None:
         figures["cost"] = Figure(
             "cost", _render(cost_figure(report.cost, title=f"{report.model}: throughput against cost "

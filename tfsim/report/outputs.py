@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tfbase.fileio import OutputDirectory, Outputs, atomic_output, write_json, write_text
 from tfsim import __version__
+from tfsim.report.timeline import TIMELINE_TRACE
 
 REPORT_FORMAT = "tfsim.report/1"
 
@@ -36,6 +37,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
                    "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
                    "price": request.price, "examples": request.examples,
+                   "timeline_run": None if request.timeline_run is None else str(request.timeline_run),
                    "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
@@ -48,6 +50,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
         "gantt": {"one_worker": report.gantt_one.stats(), "many_workers": report.gantt_many.stats()},
         "calibration_plots": [str(path) for _, path in report.calibration_plots],
         "cost": None if report.cost is None else _records(report.cost),
+        "timeline": None if report.timeline is None else report.timeline.document(),
     }
 
 
@@ -55,9 +58,13 @@ REPORT_FILES = ("report.json", "prediction.json", "prediction.csv", "comparison.
                 "orderings.csv", "report.html")  # in the order they are committed: the page last
 
 
-def plan_report_files(directory: OutputDirectory) -> None:
-    """Plan the report's files in ``directory`` (checked and staged before any work)."""
-    for name in REPORT_FILES:
+def plan_report_files(directory: OutputDirectory, *, timeline: bool = False) -> None:
+    """Plan the report's files in ``directory`` (checked and staged before any work); with
+    ``timeline``, the measured timeline's trace too, before the page."""
+    names = list(REPORT_FILES)
+    if timeline:
+        names.insert(names.index("report.html"), TIMELINE_TRACE)
+    for name in names:
         directory.file(name)
 
 
@@ -72,7 +79,7 @@ def write_report(out_dir: Path | OutputDirectory, report, page: str, document: d
     if not isinstance(out_dir, OutputDirectory):
         with Outputs() as outputs:
             directory = outputs.directory(out_dir, "report directory")
-            plan_report_files(directory)
+            plan_report_files(directory, timeline=report.timeline is not None)
             path = write_report(directory, report, page, document)
             outputs.commit()
         return path
@@ -82,5 +89,7 @@ def write_report(out_dir: Path | OutputDirectory, report, page: str, document: d
     _write_csv(out_dir / "comparison.csv", report.comparison)
     _write_csv(out_dir / "baselines.csv", report.baselines)
     _write_csv(out_dir / "orderings.csv", report.orderings)
+    if report.timeline is not None:
+        write_text(out_dir / TIMELINE_TRACE, report.timeline.trace_text())
     write_text(out_dir / "report.html", page)
     return out_dir.path / "report.html"
