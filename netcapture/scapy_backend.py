@@ -503,6 +503,15 @@ class _PacketLoop:
             self.packet(packet)
 
 
+
+def _client_spoke(connection, server_ports) -> bool:
+    """Whether the client side of a connection to one of ``server_ports`` sent any bytes. A
+    connection whose client never spoke is a reachability probe (a task checking that a
+    server listens: the gRPC server greets it with its SETTINGS, the client closes), not
+    traffic the capture missed the start of."""
+    return any(direction.reassembler.delivered_bytes for (_, destination), direction in connection.directions.items()
+               if destination.port in server_ports)
+
 def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, strict: bool = False,
            fast: bool = True) -> BackendResult:
     """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet.
@@ -557,7 +566,7 @@ def _decode(path: Path, server_ports: frozenset[int] | None, strict: bool, fast:
                     decoder.warn(loss.describe())
         if connection.state != "http2" and any(d.reassembler.delivered_bytes for d in connection.directions.values()):
             others += 1
-            if server_ports is not None:
+            if server_ports is not None and _client_spoke(connection, server_ports):
                 a, _ = connection.directions
                 decoder.warn(f"{a[0]} <-> {a[1]}: not decodable as HTTP/2 (no connection preface at the start "
                              "of the captured client stream; was the capture started after the connection?)")
