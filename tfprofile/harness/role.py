@@ -50,6 +50,7 @@ from tfprofile.harness.capture import (
 from tfprofile.harness.launcher import (
     INCOMPLETE_SUFFIX,
     CollectConfig,
+    TrainingApi,
     _die_with_parent,
     _finish_run_dir,
     _read_lines,
@@ -203,6 +204,9 @@ def _apply(state: _Watch, event: dict, bar) -> None:
 def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
              overwrite: bool = False) -> Path | None:
     """Run this host's task of the job; return the run directory (the chief) or ``None``."""
+    if config.api is not TrainingApi.TF1_GRAPH:
+        raise UsageError("api", f"one task per host runs TF1 graph jobs only, not {config.api.value}: a "
+                                "TF2 ParameterServerStrategy job is collected on one machine (docs/formats.md §2.2)")
     if role.task.is_chief:
         return _run_chief(config, role, progress=progress, overwrite=overwrite)
     if config.capture:
