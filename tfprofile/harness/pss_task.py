@@ -65,9 +65,30 @@ def run_server(spec: dict) -> int:
     return 0
 
 
+def _is_keras_model(value) -> bool:
+    """A Keras model (Keras 3 or tf_keras), as opposed to a loss tensor: it has layers and variables."""
+    return hasattr(value, "trainable_variables") and hasattr(value, "layers") and callable(value)
+
+
+def _keras_loss(tf, model, batch: int):
+    """The loss of a Keras ``model`` on a synthetic batch: uniform inputs of its input shape, and
+    class labels for its last axis of logits (sparse softmax cross-entropy, like the zoo's)."""
+    shape = [batch, *(int(d) for d in model.input_shape[1:])]
+    classes = int(model.output_shape[-1])
+
+    def loss():
+        x = tf.random.uniform(shape, name="synthetic_inputs")
+        y = tf.random.uniform([batch], maxval=classes, dtype=tf.int32, name="synthetic_labels")
+        logits = model(x, training=True)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+
+    return loss
+
+
 def _variables_table(variables) -> list[dict]:
     table = []
     for v, trainable in variables:
+        v = getattr(v, "value", v) if not hasattr(v, "device") else v  # a Keras 3 variable wraps a tf.Variable
         shape = [int(d) for d in v.shape]
         count = 1
         for d in shape:
@@ -147,9 +168,14 @@ def run_coordinator(spec: dict) -> int:
 
     template = tf.compat.v1.make_template("model", model)
     with strategy.scope():
-        template()  # creates the variables, on the PS tasks
+        built = template()  # creates the variables, on the PS tasks
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    trainable = template.trainable_variables
+    if _is_keras_model(built):
+        forward = _keras_loss(tf, built, batch_size[0])
+        trainable = list(built.trainable_variables)
+    else:
+        forward = template
+        trainable = template.trainable_variables
     if not trainable:
         raise RuntimeError("the model created no trainable variable (tf.compat.v1.get_variable)")
     learning_rate = spec["learning_rate"]
@@ -163,7 +189,7 @@ def run_coordinator(spec: dict) -> int:
         worker = next(iterator)
         began = tf.timestamp()
         with tf.control_dependencies([began]), tf.GradientTape() as tape:
-            loss = template()
+            loss = forward()
         gradients = tape.gradient(loss, trainable)
         updates = [v.assign_sub(learning_rate * g) for v, g in zip(trainable, gradients)]
         updates.append(global_step.assign_add(1))
