@@ -19,6 +19,7 @@ receive, are left out. :func:`~tfprofile.build.build_profile` then builds the sa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -117,15 +118,24 @@ def _transfer_size(send: GraphNode, sizes: dict[str, int], by_key: dict[tuple[st
     return None
 
 
-def profile_from_pss_run(
-    path: str | os.PathLike,
-    *,
-    batch_size: int,
-    variables=None,
-    step_wall_s=(),
-    meta: dict | None = None,
-) -> Profile:
-    """Build the profile of a tf2-pss run directory's traced steps (see the module's docstring).
+@dataclasses.dataclass(frozen=True)
+class PssSteps:
+    """The traced steps of a tf2-pss run directory, in time order, and what they are built on.
+
+    ``nodes``: the partition graphs' nodes. ``steps``: one :class:`StepRecords` per whole step
+    (its ``source`` is ``<worker trace>#step_id=<id>``). ``partial``: steps left out, cut by the
+    trace window. ``unsized``: tensors the tensor table does not size (counted as 0 bytes).
+    """
+
+    source: str
+    nodes: tuple[GraphNode, ...]
+    steps: tuple[StepRecords, ...]
+    partial: int
+    unsized: tuple[str, ...]
+
+
+def read_pss_steps(path: str | os.PathLike) -> PssSteps:
+    """Read a tf2-pss run directory's graphs, tensor table and traces into its whole steps.
 
     Raises :class:`~tfbase.errors.RunDirError` for missing parts, :class:`~tfbase.errors.TraceFormatError`
     for unreadable traces or graphs, and :class:`~tfbase.errors.GraphError` when no traced step
@@ -200,10 +210,27 @@ def profile_from_pss_run(
                                          f"{len(receives)} transfers ({partial} partial step(s)): trace longer "
                                          "(--trace-ms) or check that the graphs and traces are of one run")
     steps.sort(key=lambda s: min(t for t, _ in s.ops.values()))
-    if unsized:
-        warnings.warn(TraceWarning(path / "tensors.json", f"{len(unsized)} transfer(s) of unknown size, counted as "
-                                                         f"0 bytes, e.g. {unsized[0]!r}"), stacklevel=2)
-    meta = {**(meta or {}), "api": "tf2-pss", "partial_steps_left_out": partial,
-            "unsized_transfers": sorted(set(unsized))}
-    return build_profile(source, nodes, steps, batch_size=batch_size, variables=variables,
+    return PssSteps(source, tuple(nodes), tuple(steps), partial, tuple(sorted(set(unsized))))
+
+
+def profile_from_pss_run(
+    path: str | os.PathLike,
+    *,
+    batch_size: int,
+    variables=None,
+    step_wall_s=(),
+    meta: dict | None = None,
+) -> Profile:
+    """Build the profile of a tf2-pss run directory's traced steps (see the module's docstring).
+
+    Raises what :func:`read_pss_steps` raises.
+    """
+    path = Path(path)
+    read = read_pss_steps(path)
+    if read.unsized:
+        warnings.warn(TraceWarning(path / "tensors.json", f"{len(read.unsized)} transfer(s) of unknown size, counted "
+                                                         f"as 0 bytes, e.g. {read.unsized[0]!r}"), stacklevel=2)
+    meta = {**(meta or {}), "api": "tf2-pss", "partial_steps_left_out": read.partial,
+            "unsized_transfers": list(read.unsized)}
+    return build_profile(read.source, list(read.nodes), list(read.steps), batch_size=batch_size, variables=variables,
                          step_wall_s=step_wall_s, meta=meta)

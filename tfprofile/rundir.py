@@ -22,7 +22,7 @@ import numpy as np
 
 from tfbase.errors import InputError, RunDirError
 from tfbase.fileio import read_input
-from tfprofile.build import build_profile
+from tfprofile.build import StepRecords, build_profile
 from tfprofile.dag import MAX_BATCH_SIZE, MAX_DURATION_S, MAX_SERVERS, MAX_TENSOR_BYTES, Profile, VariableTable
 from tfprofile.runmetadata import graph_nodes, read_run_metadata, step_records
 
@@ -174,6 +174,16 @@ def open_run_dir(path: str | os.PathLike) -> RunDir:
     if len(traces) > MAX_TRACED_STEPS:
         raise RunDirError(path / "trace", f"holds {len(traces):,} traced steps (at most {MAX_TRACED_STEPS:,})")
     return RunDir(path, run, variables, traces, _read_step_times(path / "step_times.csv"))
+
+
+def traced_steps(run_dir: RunDir) -> dict[str, StepRecords]:
+    """Every traced step of a run directory, by label: a TF1 run's trace file names, or a tf2-pss
+    run's ``<worker trace>#step_id=<id>`` (its whole steps, :func:`tfprofile.pssrun.read_pss_steps`)."""
+    if run_api(run_dir.run) == TF2_PSS_API:
+        from tfprofile.pssrun import read_pss_steps
+
+        return {Path(s.source).name: s for s in read_pss_steps(run_dir.path).steps}
+    return {path.name: step_records(read_run_metadata(path), path) for path in run_dir.trace_files}
 
 
 def profile_from_traces(

@@ -33,6 +33,9 @@ from tfbase.fileio import read_input
 
 MAX_XSPACE_BYTES = 512 * 2**20  # one task's trace, decompressed
 HOST_PLANE = "/host:CPU"
+# The plane whose stat profile_start_time (ns since the epoch) the lines' timestamps count from.
+TASK_ENVIRONMENT_PLANE = "Task Environment"
+PROFILE_START_STAT = "profile_start_time"
 STEP_EVENT = "ExecutorState::Process"
 RECV_START_EVENT = "ExecutorState::ProcessAsync::Start"
 RECV_DONE_EVENT = "ExecutorState::ProcessAsync::Done"
@@ -70,7 +73,7 @@ def xplane_pb2(source: str | os.PathLike | None = None):
 
 @dataclasses.dataclass(frozen=True)
 class TaskTrace:
-    """What one task's XSpace recorded, in nanoseconds of the host's clock, keyed by step id.
+    """What one task's XSpace recorded, in nanoseconds since the epoch (the host's clock), keyed by step id.
 
     ``ops``: ``(step_id, node name) -> (start_ns, duration_ns)``, an op listed twice in a step
     keeping its earliest start and latest end. ``recv_start`` and ``recv_done``:
@@ -105,7 +108,21 @@ def read_xspace(path: str | os.PathLike):
     if not any(plane.name == HOST_PLANE for plane in space.planes):
         raise TraceFormatError(path, f"has no {HOST_PLANE} plane: not the profiler trace (XSpace) of a TensorFlow "
                                      "task")
+    if profile_start_ns(space) is None:
+        raise TraceFormatError(path, f"has no {PROFILE_START_STAT} in a {TASK_ENVIRONMENT_PLANE!r} plane: its times "
+                                     "cannot be put on the host's clock")
     return space
+
+
+def profile_start_ns(space) -> int | None:
+    """When the task's trace began (ns since the epoch): its events' times count from it."""
+    for plane in space.planes:
+        if plane.name == TASK_ENVIRONMENT_PLANE:
+            names = {k: m.name for k, m in plane.stat_metadata.items()}
+            for stat in plane.stats:
+                if names.get(stat.metadata_id) == PROFILE_START_STAT and stat.WhichOneof("value") == "uint64_value":
+                    return stat.uint64_value
+    return None
 
 
 def _stat_value(plane, stat):
@@ -118,12 +135,13 @@ def _stat_value(plane, stat):
 def task_trace(space, source: str | os.PathLike) -> TaskTrace:
     """The steps' op and receive events of one task's XSpace (see the module's docstring)."""
     plane = next(p for p in space.planes if p.name == HOST_PLANE)
+    origin_ps = (profile_start_ns(space) or 0) * PS_PER_NS  # read_xspace refuses a trace without it
     stat_names = {k: m.name for k, m in plane.stat_metadata.items()}
     ops: dict[tuple[int, str], tuple[int, int]] = {}
     recv_start: dict[tuple[int, str], int] = {}
     recv_done: dict[tuple[int, str], int] = {}
     for line in plane.lines:
-        base_ps = line.timestamp_ns * PS_PER_NS
+        base_ps = origin_ps + line.timestamp_ns * PS_PER_NS
         steps = []  # (start_ps, end_ps, step_id) of this thread's executor runs
         nested = []  # (start_ps, duration_ps, name) of the other events
         for event in line.events:

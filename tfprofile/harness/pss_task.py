@@ -152,6 +152,9 @@ def run_coordinator(spec: dict) -> int:
     from tfprofile.harness.zoo import ModelOptions
 
     out = Path(spec["out_dir"])
+    # The coordinator's context configures the remote tasks' eager contexts (it creates them).
+    tf.config.threading.set_intra_op_parallelism_threads(spec["intra_op_threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(spec["inter_op_threads"])
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec["cluster"]), task_type="chief", task_id=0, rpc_layer="grpc")
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
