@@ -76,6 +76,17 @@ def test_the_profile_has_the_tf1_shape(pss_profile):
     assert len(zero) == 4 and all("Timestamp" in n or "ReadVariableOp" in n for n in zero)
 
 
+def test_every_sized_transfer_carries_its_variable(pss_profile):
+    graph, variables = pss_profile.graph, pss_profile.variables
+    links = np.isin(graph.resource, [Resource.DOWNLINK, Resource.UPLINK]) & (graph.size_bytes > 0)
+    assert links.sum() == 16 and (graph.variable[links] >= 0).all()
+    np.testing.assert_array_equal(variables.size_bytes[graph.variable[links]], graph.size_bytes[links])
+    # Re-partitioning over two PS tasks needs those links: both servers get traffic.
+    from simulate.prepare import repartition_servers
+
+    assert set(repartition_servers(pss_profile, 2)[links].tolist()) == {0, 1}
+
+
 def test_the_bundled_profile_is_this_reader_s_output(pss_profile):
     import tfprofile
 

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 
 from tfbase.errors import GraphError, RunDirError, TraceFormatError, TraceWarning
@@ -72,8 +73,9 @@ def read_partition_graphs(directory: str | os.PathLike) -> list[GraphNode]:
     return nodes
 
 
-def read_tensor_sizes(path: str | os.PathLike) -> dict[str, int]:
-    """``tensors.json``: ``{"format": "tfsim.tensors/1", "tensors": {"op:port": bytes}}``."""
+def read_tensor_table(path: str | os.PathLike) -> tuple[dict[str, int], dict[str, str]]:
+    """``tensors.json``: ``{"format": "tfsim.tensors/1", "tensors": {"op:port": bytes},
+    "op_variables": {"op": "variable"}}``; returns the sizes and the op-to-variable links."""
     path = Path(path)
     raw = read_input(path, limit=MAX_RECORD_BYTES, error=RunDirError, what="tensor table")
     try:
@@ -86,7 +88,10 @@ def read_tensor_sizes(path: str | os.PathLike) -> dict[str, int]:
     if not isinstance(table, dict) or not all(
             isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TENSOR_BYTES for v in table.values()):
         raise RunDirError(path, f"tensors must map names to sizes in bytes from 0 to {MAX_TENSOR_BYTES}")
-    return {str(k): v for k, v in table.items()}
+    links = data.get("op_variables", {})
+    if not isinstance(links, dict) or not all(isinstance(v, str) for v in links.values()):
+        raise RunDirError(path, "op_variables must map op names to variable names")
+    return {str(k): v for k, v in table.items()}, {str(k): v for k, v in links.items()}
 
 
 def _task_device(nodes: list[GraphNode], source: str, job: str, task: int) -> str | None:
@@ -125,6 +130,7 @@ class PssSteps:
     ``nodes``: the partition graphs' nodes. ``steps``: one :class:`StepRecords` per whole step
     (its ``source`` is ``<worker trace>#step_id=<id>``). ``partial``: steps left out, cut by the
     trace window. ``unsized``: tensors the tensor table does not size (counted as 0 bytes).
+    ``op_variables``: the tensor table's links of ops to the variables they read or update.
     """
 
     source: str
@@ -132,6 +138,7 @@ class PssSteps:
     steps: tuple[StepRecords, ...]
     partial: int
     unsized: tuple[str, ...]
+    op_variables: Mapping[str, str]
 
 
 def read_pss_steps(path: str | os.PathLike) -> PssSteps:
@@ -144,7 +151,7 @@ def read_pss_steps(path: str | os.PathLike) -> PssSteps:
     path = Path(path)
     nodes = read_partition_graphs(path / "graphs")
     source = os.fspath(path / "graphs")
-    sizes = read_tensor_sizes(path / "tensors.json")
+    sizes, links = read_tensor_table(path / "tensors.json")
     traces: dict[str, TaskTrace] = {}
     for trace_path in sorted((path / "trace").glob(TRACE_GLOB)):
         match = _TRACE_NAME.match(trace_path.name)
@@ -210,7 +217,7 @@ def read_pss_steps(path: str | os.PathLike) -> PssSteps:
                                          f"{len(receives)} transfers ({partial} partial step(s)): trace longer "
                                          "(--trace-ms) or check that the graphs and traces are of one run")
     steps.sort(key=lambda s: min(t for t, _ in s.ops.values()))
-    return PssSteps(source, tuple(nodes), tuple(steps), partial, tuple(sorted(set(unsized))))
+    return PssSteps(source, tuple(nodes), tuple(steps), partial, tuple(sorted(set(unsized))), links)
 
 
 def profile_from_pss_run(
@@ -233,4 +240,4 @@ def profile_from_pss_run(
     meta = {**(meta or {}), "api": "tf2-pss", "partial_steps_left_out": read.partial,
             "unsized_transfers": list(read.unsized)}
     return build_profile(read.source, list(read.nodes), list(read.steps), batch_size=batch_size, variables=variables,
-                         step_wall_s=step_wall_s, meta=meta)
+                         step_wall_s=step_wall_s, meta=meta, node_variables=read.op_variables)

@@ -111,6 +111,18 @@ def _tensor_sizes(graph) -> dict[str, int]:
     return sizes
 
 
+def _op_variables(graph, variables) -> dict[str, str]:
+    """``op name -> variable name`` for every op of the step function ``graph`` that takes a
+    variable's handle (reads, updates): the function captures each handle as a placeholder."""
+    handles = {}
+    for v in variables:
+        v = v if hasattr(v, "handle") else getattr(v, "value", v)  # a Keras 3 variable wraps a tf.Variable
+        handles[id(v.handle)] = v.name.split(":")[0]
+    captured = {internal.op.name: handles[id(external)] for external, internal in graph.captures
+                if id(external) in handles}
+    return {op.name: captured[t.op.name] for op in graph.get_operations() for t in op.inputs if t.op.name in captured}
+
+
 def _keep_partition_graphs(dump_dir: Path, out: Path) -> list[str]:
     """Copy the final partition graphs of the step function from TensorFlow's dump into ``out/graphs``."""
     found = sorted(p for p in dump_dir.glob(f"*{STEP_FUNCTION}*_partition_*{FINAL_PARTITION_STAGE}.pbtxt"))
@@ -242,9 +254,10 @@ def run_coordinator(spec: dict) -> int:
     traced = _keep_traces(logdir, out, ports)
     shutil.rmtree(logdir, ignore_errors=True)
     graphs = _keep_partition_graphs(Path(spec["graph_dump_dir"]), out)
-    sizes = _tensor_sizes(step.get_concrete_function(indices).graph)
+    graph = step.get_concrete_function(indices).graph
     with open(out / "tensors.json", "w", encoding="utf-8") as handle:
-        json.dump({"format": "tfsim.tensors/1", "function": STEP_FUNCTION, "tensors": sizes}, handle, indent=1)
+        json.dump({"format": "tfsim.tensors/1", "function": STEP_FUNCTION, "tensors": _tensor_sizes(graph),
+                   "op_variables": _op_variables(graph, [*trainable, global_step])}, handle, indent=1)
 
     window = (trace_window["start"] + TRACE_START_S, trace_window["end"])
     per_worker: dict[int, int] = {}
