@@ -106,7 +106,8 @@ def test_collect_tf2_pss_keras_model(tmp_path):
     from tfprofile.rundir import profile_from_run_dir
 
     profile = profile_from_run_dir(run)
-    assert profile.bytes_per_step(2) == (64 * 128 + 128 + 128 * 10 + 10) * 4  # the gradients, up to the PS
+    weights = (64 * 128 + 128 + 128 * 10 + 10) * 4
+    assert profile.bytes_per_step(0) == profile.bytes_per_step(2) == weights  # weights down, gradients up, once
 
 
 def test_model_that_fails_to_build_exits_1_and_leaves_no_run(tmp_path):

@@ -187,7 +187,9 @@ def run_coordinator(spec: dict) -> int:
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     if _is_keras_model(built):
         forward = _keras_loss(tf, built, batch_size[0])
-        trainable = list(built.trainable_variables)
+        # Keras 3's own assign_sub reads the variable to the worker and assigns the result back;
+        # the tf.Variable it wraps updates on the PS, as a TF1 job does.
+        trainable = [v if isinstance(v, tf.Variable) else v.value for v in built.trainable_variables]
     else:
         forward = template
         trainable = template.trainable_variables
