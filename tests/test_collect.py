@@ -98,8 +98,10 @@ def test_collect_tf2_pss_keras_model(tmp_path):
     """A --model-fn returning a built Keras model trains in tfsim's own PSS step."""
     run = tmp_path / "run"
     result = tfsim("collect", "--api", "tf2-pss", "--model-fn", "user_models:keras_mlp", "--batch", "4", "--steps",
-                   "4", "--warmup", "1", "--trace-ms", "1200", "--out", run, "--no-progress")
+                   "30", "--warmup", "1", "--trace-ms", "1500", "--workers", "2", "--out", run, "--no-progress")
     assert result.returncode == 0, result.stderr
+    rows = (run / "step_times.csv").read_text().splitlines()[1:]
+    assert len(rows) == 30 and {r.split(",")[0] for r in rows} == {"0", "1"}  # each step names its worker
     variables = json.loads((run / "variables.json").read_text())["variables"]
     assert sorted(v["bytes"] for v in variables if v["trainable"]) == [40, 512, 5120, 32768]
     assert all(v["device"].startswith("/job:ps/") for v in variables)

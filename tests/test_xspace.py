@@ -188,3 +188,15 @@ def test_traces_of_another_run_pair_no_step(tmp_path):
     shutil.copy(WORKER, run_dir / "trace" / "ps0.xplane.pb.gz")
     with pytest.raises(GraphError, match="no traced step of the training function has every receive"):
         profile_from_run_dir(run_dir)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--role", "ps"], "--api: tf2-pss runs the whole job on this machine"),
+    (["--trace-every", "2"], "--trace-every: applies to --api tf1 only"),
+    (["--placement", "greedy"], "--placement: applies to --api tf1 only"),
+])
+def test_tf1_only_collect_options_are_refused_for_tf2_pss(tmp_path, capsys, flags, needle):
+    code, _, err = run(["collect", "--api", "tf2-pss", *flags, "--out", tmp_path / "run"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and needle in lines[0], err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.incomplete").exists()

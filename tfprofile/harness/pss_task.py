@@ -44,6 +44,8 @@ from tfprofile.harness.task import _csv_text, _emit, _load_model_fn
 STEP_FUNCTION = "tfsim_train_step"
 # The partition graphs as they run: after the post-partitioning passes (oneDNN's rewrites included).
 FINAL_PARTITION_STAGE = "after_partition_passes"
+# What a worker's command line says of its index (the launcher starts it with its logs/workerI.spec.json).
+WORKER_SPEC_PATTERN = r"(?s)^.*worker([0-9]+)\.spec\.json.*$"
 # Time the profiler servers take to start a trace once asked (measured here: well under this).
 TRACE_START_S = 0.5
 
@@ -197,10 +199,15 @@ def run_coordinator(spec: dict) -> int:
         raise RuntimeError("the model created no trainable variable (tf.compat.v1.get_variable)")
     learning_rate = spec["learning_rate"]
 
-    def worker_index(context):
-        return tf.data.Dataset.from_tensors(tf.constant(context.input_pipeline_id, tf.int32)).repeat()
+    def worker_index():
+        # The dataset function is traced once for all workers (and an input context's pipeline id
+        # is 0 on every worker): the index comes from the process that builds the dataset, the
+        # worker's own, whose command line names its spec file (workerI.spec.json).
+        command = tf.io.read_file("/proc/self/cmdline")
+        task = tf.strings.to_number(tf.strings.regex_replace(command, WORKER_SPEC_PATTERN, r"\1"), tf.int32)
+        return tf.data.Dataset.from_tensors(task).repeat()
 
-    indices = iter(coordinator.create_per_worker_dataset(strategy.distribute_datasets_from_function(worker_index)))
+    indices = iter(coordinator.create_per_worker_dataset(worker_index))
 
     def train_step(iterator):
         worker = next(iterator)

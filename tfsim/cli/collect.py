@@ -102,14 +102,14 @@ def _role_mode(args) -> bool:
 def run(args) -> int:
     from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
 
-    role = _role_options(args) if _role_mode(args) else None
     if args.api == "tf2-pss":
-        if role is not None:
+        if _role_mode(args):
             raise InputError("--api", "tf2-pss runs the whole job on this machine: --role, --task-index, "
                                       "--cluster-spec and TF_CONFIG are for tf1 jobs")
         for flag, given in (("--trace-every", args.trace_every != 1), ("--placement", args.placement != "round_robin")):
             if given:
                 raise InputError(flag, "applies to --api tf1 only (tf2-pss traces a time window: --trace-ms)")
+    role = _role_options(args) if _role_mode(args) else None
     if role is None:
         for flag, given in (("--iperf", args.iperf), ("--iperf-server", args.iperf_server)):
             if given:
