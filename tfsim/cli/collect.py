@@ -23,8 +23,9 @@ def register(sub) -> None:
                "(tf.compat.v1.get_variable for its weights) on its own (synthetic) input. With --api tf1 it is "
                "called inside tf.compat.v1.device(replica_device_setter); with --api tf2-pss it is wrapped in "
                "tf.compat.v1.make_template, called once under the strategy's scope to create the variables "
-               "and then inside the tf.function step. options has batch_size, image_size and num_classes. "
-               "MODULE must be importable.",
+               "and then inside the tf.function step; there it may instead return (model, batch_size) with a "
+               "built Keras model (Keras 3 or tf_keras), trained on a synthetic batch of its input shape. "
+               "options has batch_size, image_size and num_classes. MODULE must be importable.",
     )
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", default="tiny",
