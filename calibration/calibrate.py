@@ -70,8 +70,7 @@ from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
 from tfbase.errors import InputError, RunDirError, TraceWarning
 from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
-from tfprofile.rundir import open_run_dir, profile_from_run_dir
-from tfprofile.runmetadata import read_run_metadata, step_records
+from tfprofile.rundir import open_run_dir, profile_from_run_dir, traced_steps
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
@@ -212,6 +211,9 @@ def _queue_window(capture_path: Path, run) -> dict:
 
 
 RUNGRAPH_PATH = "/tensorflow.WorkerService/RunGraph"
+# TF2's eager runtime runs the PS's partition of a step function with this RPC instead (docs/model.md §1.5).
+RUN_COMPONENT_FUNCTION_PATH = "/tensorflow.eager.EagerService/RunComponentFunction"
+STEP_RPC_PATHS = frozenset({RUNGRAPH_PATH, RUN_COMPONENT_FUNCTION_PATH})
 NS_PER_S = 10**9
 
 
@@ -224,7 +226,7 @@ def _rpc_chain(run, capture, match) -> dict:
     clock (one host in the lab; NTP-synchronised hosts on a real cluster). Empty when the
     capture holds no RunGraph of a traced step."""
     rungraphs = sorted((s.request_headers_time_s, s) for s in capture.streams
-                       if s.rpc_path == RUNGRAPH_PATH and s.request_headers_time_s is not None)
+                       if s.rpc_path in STEP_RPC_PATHS and s.request_headers_time_s is not None)
     first_request: dict[tuple[str, str], float] = {}
     for m in match.matches:
         key = (m.transfer.step_file, m.transfer.direction)
@@ -232,9 +234,9 @@ def _rpc_chain(run, capture, match) -> dict:
         if t is not None:
             first_request[key] = min(t, first_request.get(key, t))
     lags: dict[str, list[float]] = defaultdict(list)
-    for path in run.trace_files:
+    for label, records in traced_steps(run).items():
         ps = [(start, start + duration) for (device, _), (start, duration)
-              in step_records(read_run_metadata(path), path).ops.items() if "/job:ps" in device]
+              in records.ops.items() if "/job:ps" in device]
         if not ps or not rungraphs:
             continue
         ps_first = min(s for s, _ in ps) / NS_PER_S
@@ -245,10 +247,10 @@ def _rpc_chain(run, capture, match) -> dict:
         rungraph = before[-1]
         sent = rungraph.request_headers_time_s
         lags["rungraph_s"].append(ps_first - sent)
-        if (path.name, "downlink") in first_request:
-            lags["worker_requests_s"].append(first_request[(path.name, "downlink")] - sent)
-        if (path.name, "uplink") in first_request:
-            lags["ps_requests_s"].append(first_request[(path.name, "uplink")] - ps_first)
+        if (label, "downlink") in first_request:
+            lags["worker_requests_s"].append(first_request[(label, "downlink")] - sent)
+        if (label, "uplink") in first_request:
+            lags["ps_requests_s"].append(first_request[(label, "uplink")] - ps_first)
         if rungraph.response_headers_time_s is not None:
             lags["response_s"].append(rungraph.response_headers_time_s - ps_last)
     if "rungraph_s" not in lags:

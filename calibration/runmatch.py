@@ -27,7 +27,8 @@ from netcapture.errors import CaptureError
 from netcapture.streams import StreamRecord
 from netcapture.tcp import Endpoint
 from tfbase.errors import RunDirError
-from tfprofile.rundir import RunDir, open_run_dir
+from tfprofile.build import StepRecords
+from tfprofile.rundir import RunDir, open_run_dir, traced_steps
 from tfprofile.runmetadata import read_run_metadata, step_records
 
 NS_PER_S = 10**9
@@ -86,9 +87,13 @@ class RunMatch:
 def read_trace_transfers(path: str | os.PathLike) -> tuple[TraceTransfer, ...]:
     """The RecvTensor records of one RunMetadata file, read by :mod:`tfprofile.runmetadata`."""
     path = Path(path)
-    records = step_records(read_run_metadata(path), path)
+    return step_transfers(path.name, step_records(read_run_metadata(path), path))
+
+
+def step_transfers(label: str, records: StepRecords) -> tuple[TraceTransfer, ...]:
+    """The transfer records of one traced step (``label`` names it)."""
     # Integer nanoseconds over an integer: one correctly rounded division each.
-    return tuple(TraceTransfer(path.name, r.tensor_name, r.send_device, r.recv_device, r.size_bytes,
+    return tuple(TraceTransfer(label, r.tensor_name, r.send_device, r.recv_device, r.size_bytes,
                                r.start_ns / NS_PER_S, r.start_ns / NS_PER_S + r.duration_ns / NS_PER_S)
                  for r in records.transfers)
 
@@ -172,7 +177,7 @@ def match_run(capture: Capture, run: RunDir | str | os.PathLike) -> RunMatch:
     """
     run = _as_run(run)
     run_dir = run.path
-    steps = {path.name: read_trace_transfers(path) for path in run.trace_files}
+    steps = {label: step_transfers(label, records) for label, records in traced_steps(run).items()}
     result = match_transfers(capture, steps)
     total = sum(len(t) for t in steps.values())
     if total and not result.matches:

@@ -21,6 +21,15 @@ run vgg11      --model vgg11      --batch 16 --image-size 64 --steps 20
 run resnet50   --model resnet50   --batch 8  --image-size 64 --steps 20
 run inception3 --model inception3 --batch 8  --image-size 96 --steps 20
 
+# A TF2 ParameterServerStrategy run with its capture (root: tcpdump, iperf3), zero-initialised so that
+# the capture compresses; its profile and calibration (docs/formats.md §2.2, docs/calibration.md §8).
+mkdir -p data/captures data/clusters
+"$TFSIM" collect --api tf2-pss --model tiny --batch 8 --steps 12 --warmup 3 --trace-ms 400 --zero-init \
+  --inter-op-threads 1 --capture --out data/captures/tiny_tf2pss --force --no-progress
+rm -rf data/captures/tiny_tf2pss/logs
+"$TFSIM" profile data/captures/tiny_tf2pss -o data/profiles/tiny_tf2pss.npz
+"$TFSIM" calibrate data/captures/tiny_tf2pss -o data/clusters/tiny_tf2pss_lo.json
+
 # Raw single-step files for the parser tests: binary, text format, and Chrome trace JSON.
 "$PYTHON" - <<'PY'
 import gzip, shutil

@@ -74,6 +74,44 @@ def test_collect_user_model_with_two_workers(tmp_path):
     assert np.isfinite(profile.duration_s).all()
 
 
+def test_collect_tf2_pss_end_to_end(tmp_path):
+    """A TF2 ParameterServerStrategy job on loopback, each task traced by its profiler server."""
+    run = tmp_path / "run"
+    result = tfsim("collect", "--api", "tf2-pss", "--model", "tiny", "--batch", "4", "--steps", "6", "--warmup", "2",
+                   "--trace-ms", "1200", "--out", run, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    record = json.loads((run / "run.json").read_text())
+    assert record["config"]["api"] == "tf2-pss" and set(record["cluster"]) == {"ps", "worker", "chief"}
+    assert record["traced_steps"] == ["ps0.xplane.pb.gz", "worker0.xplane.pb.gz"]
+    assert len(list((run / "graphs").glob("*.pbtxt.gz"))) == 2 and not (run / "graph_dump").exists()
+    rows = (run / "step_times.csv").read_text().splitlines()[1:]
+    assert len(rows) == 6 and {r.split(",")[0] for r in rows} == {"0"}
+    from tfprofile.rundir import profile_from_run_dir
+
+    profile = profile_from_run_dir(run)
+    trainable = int(profile.variables.size_bytes[profile.variables.trainable].sum())
+    assert trainable == 547_496 and profile.bytes_per_step(0) == profile.bytes_per_step(2) == trainable
+    assert profile.n_steps >= 3 and np.isfinite(profile.duration_s).all()
+
+
+def test_collect_tf2_pss_keras_model(tmp_path):
+    """A --model-fn returning a built Keras model trains in tfsim's own PSS step."""
+    run = tmp_path / "run"
+    result = tfsim("collect", "--api", "tf2-pss", "--model-fn", "user_models:keras_mlp", "--batch", "4", "--steps",
+                   "30", "--warmup", "1", "--trace-ms", "1500", "--workers", "2", "--out", run, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    rows = (run / "step_times.csv").read_text().splitlines()[1:]
+    assert len(rows) == 30 and {r.split(",")[0] for r in rows} == {"0", "1"}  # each step names its worker
+    variables = json.loads((run / "variables.json").read_text())["variables"]
+    assert sorted(v["bytes"] for v in variables if v["trainable"]) == [40, 512, 5120, 32768]
+    assert all(v["device"].startswith("/job:ps/") for v in variables)
+    from tfprofile.rundir import profile_from_run_dir
+
+    profile = profile_from_run_dir(run)
+    weights = (64 * 128 + 128 + 128 * 10 + 10) * 4
+    assert profile.bytes_per_step(0) == profile.bytes_per_step(2) == weights  # weights down, gradients up, once
+
+
 def test_model_that_fails_to_build_exits_1_and_leaves_no_run(tmp_path):
     run = tmp_path / "run"
     result = tfsim("collect", "--model-fn", "user_models:broken", "--steps", "2", "--out", run, "--no-progress")

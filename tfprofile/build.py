@@ -28,7 +28,7 @@ import heapq
 import re
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -222,13 +222,16 @@ class _Builder:
 
 
 def _variable_of_ops(builder: _Builder, nodes: Sequence[GraphNode], perm_inverse: np.ndarray,
-                     variables: VariableTable) -> np.ndarray:
+                     variables: VariableTable, node_variables: Mapping[str, str] | None = None) -> np.ndarray:
     """Index of the variable each op reads, updates or carries, or -1.
 
-    A PS op with a variable node among its data inputs reads or updates that variable. A
-    downlink carries the variable its PS-side producers read, an uplink the variable its
-    PS-side consumers update, when that variable is unique.
+    A PS op with a variable node among its data inputs reads or updates that variable; so does
+    a PS op that ``node_variables`` (node name -> variable name) links to one, for graphs whose
+    variables come in as function arguments (TF2). A downlink carries the variable its PS-side
+    producers read, an uplink the variable its PS-side consumers update, when that variable is
+    unique.
     """
+    node_variables = node_variables or {}
     var_index = {str(name): i for i, name in enumerate(variables.name)}
     n = len(builder.names)
     result = np.full(n, -1, dtype=np.int32)
@@ -239,6 +242,9 @@ def _variable_of_ops(builder: _Builder, nodes: Sequence[GraphNode], perm_inverse
             nd = by_key[(key[1], key[2])]
             if nd.op in VARIABLE_OPS:
                 result[k] = var_index.get(nd.name, -1)
+                continue
+            if nd.name in node_variables:
+                result[k] = var_index.get(node_variables[nd.name], -1)
                 continue
             for raw in nd.inputs:
                 producer, control = split_input(raw)
@@ -267,8 +273,12 @@ def build_profile(
     variables: VariableTable | None = None,
     step_wall_s: Iterable[float] = (),
     meta: dict | None = None,
+    node_variables: Mapping[str, str] | None = None,
 ) -> Profile:
     """Turn partition-graph nodes and per-step records into a :class:`Profile`.
+
+    ``node_variables`` links nodes to the variables they read or update by name, where the graph
+    has no variable nodes (see :func:`_variable_of_ops`).
 
     ``source`` names the input for error messages. Raises :class:`~tfbase.errors.GraphError`
     when the records do not fit the graph: a transfer without its RecvTensor record in a
@@ -342,14 +352,14 @@ def build_profile(
         raise GraphError(source, f"an op runs on parameter server {max(builder.servers)}: at most {MAX_SERVERS}")
     try:
         return _assemble(builder, nodes, order, sizes, durations, starts, makespans, step_wall_s, batch_size,
-                         variables, meta, dropped)
+                         variables, meta, dropped, node_variables)
     except (ValueError, TypeError, OverflowError) as exc:  # values a profile cannot hold (sizes, durations)
         raise GraphError(source, f"the trace holds values a profile cannot: {' '.join(str(exc).split())[:200]}"
                          ) from None
 
 
 def _assemble(builder, nodes, order, sizes, durations, starts, makespans, step_wall_s, batch_size, variables, meta,
-              dropped) -> Profile:
+              dropped, node_variables=None) -> Profile:
     n = len(order)
     new_index = np.empty(n, dtype=np.int64)
     new_index[order] = np.arange(n)
@@ -366,7 +376,7 @@ def _assemble(builder, nodes, order, sizes, durations, starts, makespans, step_w
         resource=np.array(builder.resources, dtype=np.int8)[order],
         server=np.array(builder.servers, dtype=np.int16)[order],
         size_bytes=sizes[order],
-        variable=_variable_of_ops(builder, nodes, order, variables),
+        variable=_variable_of_ops(builder, nodes, order, variables, node_variables),
         data_ptr=data_ptr, data_idx=data_idx, ctrl_ptr=ctrl_ptr, ctrl_idx=ctrl_idx,
     )
     return Profile(

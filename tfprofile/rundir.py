@@ -22,7 +22,7 @@ import numpy as np
 
 from tfbase.errors import InputError, RunDirError
 from tfbase.fileio import read_input
-from tfprofile.build import build_profile
+from tfprofile.build import StepRecords, build_profile
 from tfprofile.dag import MAX_BATCH_SIZE, MAX_DURATION_S, MAX_SERVERS, MAX_TENSOR_BYTES, Profile, VariableTable
 from tfprofile.runmetadata import graph_nodes, read_run_metadata, step_records
 
@@ -31,6 +31,7 @@ VARIABLES_FORMAT = "tfsim.variables/1"
 MAX_RECORD_BYTES = 64 * 2**20  # run.json, variables.json
 MAX_TABLE_BYTES = 256 * 2**20  # step_times.csv
 MAX_TRACED_STEPS = 10_000
+TF2_PSS_API = "tf2-pss"  # run.json's config.api of a TF2 ParameterServerStrategy run (docs/formats.md §2.8)
 _TASK_RE = re.compile(r"/job:ps(?:/replica:\d+)?/task:(\d+)")
 
 
@@ -133,6 +134,13 @@ def _read_step_times(path: Path) -> tuple[dict, ...]:
     return out
 
 
+def run_api(run: dict) -> str:
+    """How the run's job trained: ``"tf1"`` (the default of older run directories) or ``"tf2-pss"``."""
+    config = run.get("config")
+    api = config.get("api") if isinstance(config, dict) else None
+    return api if api == TF2_PSS_API else "tf1"
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
@@ -155,12 +163,27 @@ def open_run_dir(path: str | os.PathLike) -> RunDir:
     if servers is not None and len(variables) and int(variables.server.max()) >= servers:
         raise RunDirError(path / "variables.json", f"a variable is on parameter server {int(variables.server.max())}, "
                                                    f"but the run had {servers} (run.json)")
-    traces = tuple(sorted((path / "trace").glob("step_*.pb*")))
+    if run_api(run) == TF2_PSS_API:
+        traces = tuple(sorted((path / "trace").glob("*.xplane.pb*")))
+        if not traces:
+            raise RunDirError(path / "trace", "holds no profiler trace of a task (<task>.xplane.pb.gz)")
+    else:
+        traces = tuple(sorted((path / "trace").glob("step_*.pb*")))
     if not traces:
         raise RunDirError(path / "trace", "holds no traced step (step_*.pb or step_*.pb.gz)")
     if len(traces) > MAX_TRACED_STEPS:
         raise RunDirError(path / "trace", f"holds {len(traces):,} traced steps (at most {MAX_TRACED_STEPS:,})")
     return RunDir(path, run, variables, traces, _read_step_times(path / "step_times.csv"))
+
+
+def traced_steps(run_dir: RunDir) -> dict[str, StepRecords]:
+    """Every traced step of a run directory, by label: a TF1 run's trace file names, or a tf2-pss
+    run's ``<worker trace>#step_id=<id>`` (its whole steps, :func:`tfprofile.pssrun.read_pss_steps`)."""
+    if run_api(run_dir.run) == TF2_PSS_API:
+        from tfprofile.pssrun import read_pss_steps
+
+        return {Path(s.source).name: s for s in read_pss_steps(run_dir.path).steps}
+    return {path.name: step_records(read_run_metadata(path), path) for path in run_dir.trace_files}
 
 
 def profile_from_traces(
@@ -198,8 +221,14 @@ def profile_from_run_dir(path: str | os.PathLike) -> Profile:
         "machine": run_dir.run.get("machine"),
         "trace_files": [p.name for p in run_dir.trace_files],
     }
-    profile = profile_from_traces(run_dir.trace_files, batch_size=run_dir.batch_size, variables=run_dir.variables,
-                                  step_wall_s=run_dir.wall_times_s(), meta=meta)
+    if run_api(run_dir.run) == TF2_PSS_API:
+        from tfprofile.pssrun import profile_from_pss_run
+
+        profile = profile_from_pss_run(run_dir.path, batch_size=run_dir.batch_size, variables=run_dir.variables,
+                                       step_wall_s=run_dir.wall_times_s(), meta=meta)
+    else:
+        profile = profile_from_traces(run_dir.trace_files, batch_size=run_dir.batch_size,
+                                      variables=run_dir.variables, step_wall_s=run_dir.wall_times_s(), meta=meta)
     servers = ps_count(run_dir.run, run_dir.path / "run.json")
     if servers is not None and profile.graph.n_servers > servers:
         raise RunDirError(run_dir.trace_files[0], f"has ops on parameter server {profile.graph.n_servers - 1}, but the "

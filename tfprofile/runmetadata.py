@@ -66,8 +66,13 @@ def graph_nodes(metadata, source: str | os.PathLike) -> list[GraphNode]:
     """The nodes of all partition graphs of ``metadata``, in file order."""
     if not metadata.partition_graphs:
         raise TraceFormatError(source, "has no partition_graphs: trace with output_partition_graphs=True")
+    return nodes_of_graphs(metadata.partition_graphs, source)
+
+
+def nodes_of_graphs(graphs, source: str | os.PathLike) -> list[GraphNode]:
+    """The nodes of ``GraphDef`` messages (partition graphs), in order."""
     nodes = []
-    for graph in metadata.partition_graphs:
+    for graph in graphs:
         for node in graph.node:
             attr = node.attr
 

@@ -53,6 +53,19 @@ INCOMPLETE_SUFFIX = ".incomplete"
 ZOO_MODELS = ("tiny", "alexnet", "vgg11", "resnet50", "inception3", "wide_mlp")
 
 
+class TrainingApi(enum.Enum):
+    """How the collected job trains (docs/formats.md §2).
+
+    ``TF1_GRAPH``: graph mode through ``tf.compat.v1``, a session per worker, variables placed by
+    ``replica_device_setter``; traced as RunMetadata. ``TF2_PSS``: TensorFlow 2's
+    ``ParameterServerStrategy`` with a ``ClusterCoordinator`` scheduling ``tf.function`` steps
+    on the workers; traced as one XSpace per task by TensorFlow's profiler servers.
+    """
+
+    TF1_GRAPH = "tf1"
+    TF2_PSS = "tf2-pss"
+
+
 class CaptureSite(enum.Enum):
     """Where ``collect --capture`` runs tcpdump.
 
@@ -97,9 +110,15 @@ class CollectConfig:
     zero_init: bool = False
     iperf_repeats: int = 3
     iperf_seconds: float = 3.0
+    api: TrainingApi = TrainingApi.TF1_GRAPH
+    trace_ms: int = 1500
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
+        if not isinstance(self.api, TrainingApi):
+            raise UsageError("api", f"must be a TrainingApi, not {self.api!r}")
+        if self.trace_ms < 1:
+            raise UsageError("trace_ms", f"must be at least 1, not {self.trace_ms}")
         if self.model_fn is None and self.model not in ZOO_MODELS:
             raise UsageError("model", f"unknown model {self.model!r}; choose from {', '.join(ZOO_MODELS)}"
                              " or give --model-fn MODULE:FUNCTION")
@@ -227,15 +246,29 @@ def collect(
         require_tools(*tools)
         require_root("collect --capture")
         print(f"tfsim: collect --capture runs {' and '.join(tools)} as root", file=sys.stderr, flush=True)
+    pss = config.api is TrainingApi.TF2_PSS
+    if pss and (hosts or command_prefixes or task_wrappers):
+        raise UsageError("api", "a tf2-pss job runs on this machine's loopback only: no hosts, command prefixes "
+                                "or task wrappers")
     ntasks = config.ps_tasks + config.workers
     hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
     prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
     wrappers = [list(w) for w in task_wrappers] if task_wrappers else [[] for _ in range(ntasks)]
     if len(hosts) != ntasks or len(prefixes) != ntasks or len(wrappers) != ntasks:
         raise UsageError("hosts", f"need one host, one command prefix and one wrapper per task ({ntasks})")
-    ports = free_ports(ntasks) if all(h == "127.0.0.1" for h in hosts) else [2222 + i for i in range(ntasks)]
+    profiler_ports: dict[str, int] = {}
+    if pss:  # the coordinator is one more task of the cluster (its "chief"); each server has a profiler port
+        chosen = free_ports(2 * ntasks + 1)
+        ports = chosen[: ntasks + 1]
+        labels = [f"ps{i}" for i in range(config.ps_tasks)] + [f"worker{i}" for i in range(config.workers)]
+        profiler_ports = dict(zip(labels, chosen[ntasks + 1:]))
+        hosts, prefixes, wrappers = [*hosts, "127.0.0.1"], [*prefixes, []], [*wrappers, []]
+    else:
+        ports = free_ports(ntasks) if all(h == "127.0.0.1" for h in hosts) else [2222 + i for i in range(ntasks)]
     addresses = [f"{h}:{p}" for h, p in zip(hosts, ports)]
-    cluster = {"ps": addresses[: config.ps_tasks], "worker": addresses[config.ps_tasks:]}
+    cluster = {"ps": addresses[: config.ps_tasks], "worker": addresses[config.ps_tasks:ntasks]}
+    if pss:
+        cluster["chief"] = addresses[ntasks:]
 
     partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
     if partial.exists():
@@ -250,7 +283,11 @@ def collect(
         "workers": config.workers, "placement": config.placement,
         "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
         "learning_rate": config.learning_rate, "out_dir": str(partial.resolve()), "zero_init": config.zero_init,
+        "api": config.api.value,
     }
+    if pss:
+        base_spec.update(profiler_ports=profiler_ports, trace_ms=config.trace_ms,
+                         graph_dump_dir=str((partial / "graph_dump").resolve()))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
     # The task processes import this project by module name: keep it importable from anywhere.
     project_root = str(Path(__file__).resolve().parents[2])
@@ -270,11 +307,16 @@ def collect(
                 measure_bandwidth(partial, hosts[0], repeats=config.iperf_repeats, seconds=config.iperf_seconds,
                                   server_prefix=prefixes[0], client_prefix=prefixes[chief_k])
         roles = [("ps", i) for i in range(config.ps_tasks)] + [("worker", i) for i in range(config.workers)]
+        roles += [("coordinator", 0)] if pss else []
         for k, (role, index) in enumerate(roles):
             spec_path = partial / "logs" / f"{role}{index}.spec.json"
-            spec_path.write_text(json.dumps({**base_spec, "role": role, "task_index": index}, indent=2))
+            spec = {**base_spec, "role": role, "task_index": index}
+            if pss and role in ("ps", "worker") and (role, index) != ("worker", 0):
+                del spec["graph_dump_dir"]  # worker 0's partition graphs are the profile's; the coordinator reads them
+            spec_path.write_text(json.dumps(spec, indent=2))
             log_path = partial / "logs" / f"{role}{index}.log"
-            chief = role == "worker" and index == 0
+            # The task whose progress lines drive the bar: TF1's chief worker, or TF2's coordinator.
+            chief = role == "coordinator" if pss else role == "worker" and index == 0
             with open(log_path, "w") as log:
                 proc = subprocess.Popen(
                     [*wrappers[k], *_task_command(spec_path, prefixes[k])], env=env, stdin=subprocess.DEVNULL,
@@ -282,7 +324,7 @@ def collect(
                     preexec_fn=_die_with_parent,
                 )
             tasks.append(_Task(role, index, proc, log_path))
-        chief_task = next(t for t in tasks if t.role == "worker" and t.index == 0)
+        chief_task = next(t for t in tasks if (t.role == "coordinator" if pss else t.role == "worker" and t.index == 0))
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines), daemon=True).start()
 
@@ -320,7 +362,9 @@ def collect(
                                        f"{_exit_text(t.process.returncode)} (log: {t.log_path})")
                 raise CollectError(f"task {t.label} {_exit_text(t.process.returncode)}: "
                                    f"{t.last_error_line()} (log: {t.log_path})")
-            workers_done = all(t.process.poll() == 0 for t in tasks if t.role == "worker")
+            # A TF2 job's servers serve until stopped: the coordinator's exit ends the run.
+            workers_done = (chief_task.process.poll() == 0 if pss else
+                            all(t.process.poll() == 0 for t in tasks if t.role == "worker"))
             if workers_done and finished:
                 break
             if workers_done and line is None:
@@ -334,7 +378,7 @@ def collect(
         # The PS tasks exit on their own once every worker has reported done.
         deadline = time.monotonic() + 30
         for t in tasks:
-            if t.role == "ps":
+            if t.role == "ps" and not pss:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     t.process.wait(max(0.1, deadline - time.monotonic()))
         if bar is not None:
@@ -421,7 +465,9 @@ def _finish_run_dir(run_dir: Path, config: CollectConfig, cluster: dict, batch_s
     versions_path = run_dir / "versions.json"
     versions = json.loads(versions_path.read_text()) if versions_path.exists() else {}
     versions_path.unlink(missing_ok=True)
-    traces = sorted(p.name for p in (run_dir / "trace").glob("step_*.pb.gz"))
+    pattern = "*.xplane.pb.gz" if config.api is TrainingApi.TF2_PSS else "step_*.pb.gz"
+    traces = sorted(p.name for p in (run_dir / "trace").glob(pattern))
+    shutil.rmtree(run_dir / "graph_dump", ignore_errors=True)
     if not traces:
         raise CollectError(f"the run traced no step ({run_dir / 'trace'})")
     config_record = {k: (str(v) if isinstance(v, Path) else v.value if isinstance(v, enum.Enum) else v)

@@ -53,6 +53,7 @@ from tfprofile.harness.capture_site import CaptureDuty, PsCapture, capture_duty,
 from tfprofile.harness.launcher import (
     INCOMPLETE_SUFFIX,
     CollectConfig,
+    TrainingApi,
     _die_with_parent,
     _finish_run_dir,
     _read_lines,
@@ -208,6 +209,9 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
              overwrite: bool = False) -> Path | None:
     """Run this host's task of the job; return the run directory (the chief), PS 0's capture
     directory (PS 0 capturing at the PS) or ``None``."""
+    if config.api is not TrainingApi.TF1_GRAPH:
+        raise UsageError("api", f"one task per host runs TF1 graph jobs only, not {config.api.value}: a "
+                                "TF2 ParameterServerStrategy job is collected on one machine (docs/formats.md §2.8)")
     duty = capture_duty(config, role)
     if role.task.is_chief:
         return _run_chief(config, role, duty, progress=progress, overwrite=overwrite)

@@ -358,7 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    if spec["role"] == "ps":
+    if spec.get("api") == "tf2-pss":
+        from tfprofile.harness import pss_task
+
+        code = pss_task.run_coordinator(spec) if spec["role"] == "coordinator" else pss_task.run_server(spec)
+    elif spec["role"] == "ps":
         code = run_ps(spec)
     else:
         code = run_worker(spec)

@@ -1,4 +1,4 @@
-"""``tfsim collect``: run a real TF1 parameter-server job here (or this host's task of one) and trace it."""
+"""``tfsim collect``: run a real parameter-server job here (or this host's task of one) and trace it."""
 
 from __future__ import annotations
 
@@ -11,20 +11,31 @@ from tfsim.cli.options import non_negative_int, positive_int
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "collect", help="run a real TF1 parameter-server job here and trace it",
-        description="Run a real TF1 graph-mode parameter-server job on this machine (each PS and worker a "
-                    "separate process, async SGD on synthetic data) and write a run directory: per-step "
-                    "RunMetadata (FULL_TRACE with partition graphs), variables.json, step_times.csv and "
-                    "run.json. Needs TensorFlow (pip install 'tfsim[tf]').",
+        "collect", help="run a real parameter-server job here and trace it",
+        description="Run a real parameter-server job on this machine (each PS and worker a separate process, "
+                    "async SGD on synthetic data) and write a run directory. --api tf1 (the default): TF1 graph "
+                    "mode, per-step RunMetadata (FULL_TRACE with partition graphs). --api tf2-pss: TensorFlow 2's "
+                    "ParameterServerStrategy with a ClusterCoordinator (one more process), one profiler XSpace "
+                    "per task and the step function's partition graphs. Both write variables.json, "
+                    "step_times.csv and run.json. Needs TensorFlow (pip install 'tfsim[tf]').",
         epilog="The user's model contract for --model-fn: MODULE:FUNCTION names a function "
-               "f(options) -> (loss, batch_size), called inside tf.compat.v1.device(replica_device_setter), "
-               "that builds the model's graph with tf.compat.v1 ops on its own (synthetic) input. "
+               "f(options) -> (loss, batch_size) that builds the model with tf.compat.v1 ops "
+               "(tf.compat.v1.get_variable for its weights) on its own (synthetic) input. With --api tf1 it is "
+               "called inside tf.compat.v1.device(replica_device_setter); with --api tf2-pss it is wrapped in "
+               "tf.compat.v1.make_template, called once under the strategy's scope to create the variables "
+               "and then inside the tf.function step; there it may instead return (model, batch_size) with a "
+               "built Keras model (Keras 3 or tf_keras), trained on a synthetic batch of its input shape. "
                "options has batch_size, image_size and num_classes. MODULE must be importable.",
     )
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", default="tiny",
                        help="built-in model: tiny, alexnet, vgg11, resnet50, inception3, wide_mlp (default: tiny)")
     model.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (see below)")
+    p.add_argument("--api", choices=("tf1", "tf2-pss"), default="tf1",
+                   help="how the job trains: tf1 graph mode with sessions, or tf2-pss, TensorFlow 2's "
+                        "ParameterServerStrategy with a ClusterCoordinator (default: tf1)")
+    p.add_argument("--trace-ms", type=positive_int, default=1500, metavar="MS",
+                   help="tf2-pss: length of the profiler trace, taken while the measured steps run (default: 1500)")
     p.add_argument("--batch", type=positive_int, default=32, help="examples per step and worker (default: 32)")
     p.add_argument("--image-size", type=non_negative_int, default=0,
                    help="input image side in pixels (default: the model's own)")
@@ -97,8 +108,15 @@ def _role_mode(args) -> bool:
 
 
 def run(args) -> int:
-    from tfprofile.harness.launcher import CaptureSite, CollectConfig, collect
+    from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi, collect
 
+    if args.api == "tf2-pss":
+        if _role_mode(args):
+            raise InputError("--api", "tf2-pss runs the whole job on this machine: --role, --task-index, "
+                                      "--cluster-spec and TF_CONFIG are for tf1 jobs")
+        for flag, given in (("--trace-every", args.trace_every != 1), ("--placement", args.placement != "round_robin")):
+            if given:
+                raise InputError(flag, "applies to --api tf1 only (tf2-pss traces a time window: --trace-ms)")
     role = _role_options(args) if _role_mode(args) else None
     if role is None:
         for flag, given in (("--iperf", args.iperf), ("--iperf-server", args.iperf_server)):
@@ -119,6 +137,7 @@ def run(args) -> int:
         timeout_s=args.timeout, capture=args.capture, capture_site=capture_site, zero_init=args.zero_init,
         iperf_repeats=args.iperf_repeats, iperf_seconds=args.iperf_seconds,
         env=(("TF_GRPC_DEFAULT_OPTIONS", args.grpc_options),) if args.grpc_options else (),
+        api=TrainingApi(args.api), trace_ms=args.trace_ms,
     )
     if role is not None:
         from tfprofile.harness.role import run_task

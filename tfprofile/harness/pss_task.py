@@ -1,0 +1,288 @@
+"""The tasks of a TF2 ``ParameterServerStrategy`` job: what ``tfsim collect --api tf2-pss`` starts.
+
+Run by :mod:`tfprofile.harness.task` when the spec's ``api`` is ``tf2-pss`` (docs/formats.md §2.8):
+
+- A **PS** or **worker** task starts TensorFlow's profiler server on its own port
+  (``tf.profiler.experimental.server.start``), then a ``tf.distribute.Server`` of its job,
+  and serves until the launcher stops it. Worker 0 also has TensorFlow dump the graphs of
+  the training function as it partitions them (``TF_DUMP_GRAPH_PREFIX``): these partition
+  graphs are the DAG's structure, as ``partition_graphs`` are in a TF1 RunMetadata.
+- The **coordinator** (the cluster's ``chief``) builds the model under
+  ``strategy.scope()``, schedules warm-up steps, then starts a profiler trace of every PS and
+  worker task (``tf.profiler.experimental.client.trace``) and schedules the measured steps
+  while it runs. It writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
+  task), ``graphs/*.pbtxt.gz`` (the partition graphs), ``variables.json``, ``tensors.json``
+  (the size of every tensor of the training function, which the traces do not record),
+  per-worker step times and ``versions.json``.
+
+A model is the same function as for TF1 (``f(options) -> (loss, batch_size)``, written with
+``tf.compat.v1`` ops on its own synthetic input). Wrapped in ``tf.compat.v1.make_template``,
+its first call, eager and under the strategy's scope, creates the variables on the PS tasks;
+every later call, inside the ``tf.function`` step, reuses them. The step is plain SGD, like
+the TF1 job's: ``v.assign_sub(learning_rate * gradient)`` for each trainable variable.
+
+Each step returns the worker's index (from a per-worker dataset: its input pipeline id)
+and ``tf.timestamp()`` taken before the model and after the updates, so that the step times
+are the workers' own, not the coordinator's.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tfprofile.harness.task import _csv_text, _emit, _load_model_fn
+
+# The name of the step function: TensorFlow names it __inference_<name>_<n>, and the graph dump
+# filter (a substring) selects its graphs only.
+STEP_FUNCTION = "tfsim_train_step"
+# The partition graphs as they run: after the post-partitioning passes (oneDNN's rewrites included).
+FINAL_PARTITION_STAGE = "after_partition_passes"
+# What a worker's command line says of its index (the launcher starts it with its logs/workerI.spec.json).
+WORKER_SPEC_PATTERN = r"(?s)^.*worker([0-9]+)\.spec\.json.*$"
+# Time the profiler servers take to start a trace once asked (measured here: well under this).
+TRACE_START_S = 0.5
+
+
+def run_server(spec: dict) -> int:
+    """A PS or worker task: profiler server, then the job's server, until stopped."""
+    dump = spec.get("graph_dump_dir")
+    if dump:  # read by TensorFlow when it first dumps, so set before the import
+        os.environ["TF_DUMP_GRAPH_PREFIX"] = dump
+        os.environ["TF_DUMP_GRAPH_NAME_FILTER"] = STEP_FUNCTION
+    import tensorflow as tf
+
+    label = f"{spec['role']}{spec['task_index']}"
+    tf.profiler.experimental.server.start(spec["profiler_ports"][label])
+    server = tf.distribute.Server(tf.train.ClusterSpec(spec["cluster"]), job_name=spec["role"],
+                                  task_index=spec["task_index"], protocol="grpc", start=True)
+    print(f"{label}: serving", file=sys.stderr, flush=True)
+    server.join()
+    return 0
+
+
+def _is_keras_model(value) -> bool:
+    """A Keras model (Keras 3 or tf_keras), as opposed to a loss tensor: it has layers and variables."""
+    return hasattr(value, "trainable_variables") and hasattr(value, "layers") and callable(value)
+
+
+def _keras_loss(tf, model, batch: int):
+    """The loss of a Keras ``model`` on a synthetic batch: uniform inputs of its input shape, and
+    class labels for its last axis of logits (sparse softmax cross-entropy, like the zoo's)."""
+    shape = [batch, *(int(d) for d in model.input_shape[1:])]
+    classes = int(model.output_shape[-1])
+
+    def loss():
+        x = tf.random.uniform(shape, name="synthetic_inputs")
+        y = tf.random.uniform([batch], maxval=classes, dtype=tf.int32, name="synthetic_labels")
+        logits = model(x, training=True)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+
+    return loss
+
+
+def _variables_table(variables) -> list[dict]:
+    table = []
+    for v, trainable in variables:
+        v = getattr(v, "value", v) if not hasattr(v, "device") else v  # a Keras 3 variable wraps a tf.Variable
+        shape = [int(d) for d in v.shape]
+        count = 1
+        for d in shape:
+            count *= d
+        table.append({"name": v.name.split(":")[0], "shape": shape, "dtype": v.dtype.name,
+                      "bytes": count * v.dtype.size, "device": v.device, "trainable": trainable})
+    return table
+
+
+def _tensor_sizes(graph) -> dict[str, int]:
+    """Bytes of every output of ``graph``'s ops whose shape and size are known: ``"op:port" -> bytes``."""
+    sizes = {}
+    for op in graph.get_operations():
+        for port, out in enumerate(op.outputs):
+            if out.shape.is_fully_defined() and out.dtype.size:
+                count = 1
+                for d in out.shape:
+                    count *= int(d)
+                sizes[f"{op.name}:{port}"] = count * out.dtype.size
+    return sizes
+
+
+def _op_variables(graph, variables) -> dict[str, str]:
+    """``op name -> variable name`` for every op of the step function ``graph`` that takes a
+    variable's handle (reads, updates): the function captures each handle as a placeholder."""
+    handles = {}
+    for v in variables:
+        v = v if hasattr(v, "handle") else getattr(v, "value", v)  # a Keras 3 variable wraps a tf.Variable
+        handles[id(v.handle)] = v.name.split(":")[0]
+    captured = {internal.op.name: handles[id(external)] for external, internal in graph.captures
+                if id(external) in handles}
+    return {op.name: captured[t.op.name] for op in graph.get_operations() for t in op.inputs if t.op.name in captured}
+
+
+def _keep_partition_graphs(dump_dir: Path, out: Path) -> list[str]:
+    """Copy the final partition graphs of the step function from TensorFlow's dump into ``out/graphs``."""
+    found = sorted(p for p in dump_dir.glob(f"*{STEP_FUNCTION}*_partition_*{FINAL_PARTITION_STAGE}.pbtxt"))
+    if not found:
+        raise RuntimeError(f"TensorFlow dumped no partition graph of {STEP_FUNCTION} into {dump_dir}")
+    # One instantiation per function; should TensorFlow retrace, the latest dump (highest id) is the one that ran.
+    latest = max(p.name.split("_partition_")[0] for p in found)
+    (out / "graphs").mkdir(exist_ok=True)
+    names = []
+    for p in found:
+        if p.name.split("_partition_")[0] != latest:
+            continue
+        device = p.name.split("_partition_")[1].split(".")[0]
+        name = device.strip("_").replace(":", "_").replace("/", "_") + ".pbtxt.gz"
+        (out / "graphs" / name).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
+        names.append(name)
+    return names
+
+
+def _keep_traces(logdir: Path, out: Path, ports: dict[str, int]) -> list[str]:
+    """Move the profiler's ``<host>_<port>.xplane.pb`` files to ``out/trace/<task>.xplane.pb.gz``."""
+    by_port = {str(port): label for label, port in ports.items()}
+    names = []
+    for p in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
+        port = p.name[: -len(".xplane.pb")].rpartition("_")[2]
+        if port in by_port:
+            name = f"{by_port.pop(port)}.xplane.pb.gz"
+            (out / "trace" / name).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
+            names.append(name)
+    if by_port:
+        raise RuntimeError(f"the profiler returned no trace of {', '.join(sorted(by_port.values()))}")
+    return names
+
+
+def run_coordinator(spec: dict) -> int:
+    """Build the model, run the steps, trace every task, and write the run directory."""
+    import tensorflow as tf
+
+    from tfprofile.harness.zoo import ModelOptions
+
+    out = Path(spec["out_dir"])
+    # The coordinator's context configures the remote tasks' eager contexts (it creates them).
+    tf.config.threading.set_intra_op_parallelism_threads(spec["intra_op_threads"])
+    tf.config.threading.set_inter_op_parallelism_threads(spec["inter_op_threads"])
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec["cluster"]), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+
+    options = ModelOptions(spec["batch_size"], spec["image_size"], spec["num_classes"], spec.get("zero_init", False))
+    model_fn = _load_model_fn(spec)
+    batch_size = []
+
+    def model():
+        loss, batch = model_fn(options)
+        batch_size.append(batch)
+        return loss
+
+    template = tf.compat.v1.make_template("model", model)
+    with strategy.scope():
+        built = template()  # creates the variables, on the PS tasks
+        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    if _is_keras_model(built):
+        forward = _keras_loss(tf, built, batch_size[0])
+        # Keras 3's own assign_sub reads the variable to the worker and assigns the result back;
+        # the tf.Variable it wraps updates on the PS, as a TF1 job does.
+        trainable = [v if isinstance(v, tf.Variable) else v.value for v in built.trainable_variables]
+    else:
+        forward = template
+        trainable = template.trainable_variables
+    if not trainable:
+        raise RuntimeError("the model created no trainable variable (tf.compat.v1.get_variable)")
+    learning_rate = spec["learning_rate"]
+
+    def worker_index():
+        # The dataset function is traced once for all workers (and an input context's pipeline id
+        # is 0 on every worker): the index comes from the process that builds the dataset, the
+        # worker's own, whose command line names its spec file (workerI.spec.json).
+        command = tf.io.read_file("/proc/self/cmdline")
+        task = tf.strings.to_number(tf.strings.regex_replace(command, WORKER_SPEC_PATTERN, r"\1"), tf.int32)
+        return tf.data.Dataset.from_tensors(task).repeat()
+
+    indices = iter(coordinator.create_per_worker_dataset(worker_index))
+
+    def train_step(iterator):
+        worker = next(iterator)
+        began = tf.timestamp()
+        with tf.control_dependencies([began]), tf.GradientTape() as tape:
+            loss = forward()
+        gradients = tape.gradient(loss, trainable)
+        updates = [v.assign_sub(learning_rate * g) for v, g in zip(trainable, gradients)]
+        updates.append(global_step.assign_add(1))
+        with tf.control_dependencies(updates):
+            ended = tf.timestamp()
+        return worker, began, ended
+
+    train_step.__name__ = STEP_FUNCTION
+    step = tf.function(train_step)
+
+    warmup, measured = spec["warmup_steps"], spec["steps"]
+    total = warmup + measured
+    done = 0
+    for _ in range(warmup):
+        coordinator.schedule(step, args=(indices,)).fetch()
+        done += 1
+        _emit("step", step=done, total=total, wall_s=0.0, traced=0)
+    with open(out / "variables.json", "w", encoding="utf-8") as handle:
+        json.dump({"format": "tfsim.variables/1",
+                   "variables": _variables_table([(v, True) for v in trainable] + [(global_step, False)])},
+                  handle, indent=2)
+    _emit("initialized")
+
+    ports = {label: port for label, port in spec["profiler_ports"].items() if not label.startswith("coordinator")}
+    service = ",".join(f"grpc://127.0.0.1:{port}" for port in ports.values())
+    logdir = out / "profiler"
+    trace_window = {}
+
+    def trace():
+        trace_window["start"] = time.time()
+        tf.profiler.experimental.client.trace(service, str(logdir), duration_ms=spec["trace_ms"])
+        trace_window["end"] = time.time()
+
+    tracer = threading.Thread(target=trace, daemon=True)
+    tracer.start()
+    time.sleep(TRACE_START_S)
+    scheduled = [coordinator.schedule(step, args=(indices,)) for _ in range(measured)]
+    results = []
+    for remote in scheduled:
+        worker, began, ended = (float(x) for x in remote.fetch())
+        results.append((int(worker), began, ended))
+        done += 1
+        _emit("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+    coordinator.join()
+    tracer.join()
+
+    traced = _keep_traces(logdir, out, ports)
+    shutil.rmtree(logdir, ignore_errors=True)
+    graphs = _keep_partition_graphs(Path(spec["graph_dump_dir"]), out)
+    graph = step.get_concrete_function(indices).graph
+    with open(out / "tensors.json", "w", encoding="utf-8") as handle:
+        json.dump({"format": "tfsim.tensors/1", "function": STEP_FUNCTION, "tensors": _tensor_sizes(graph),
+                   "op_variables": _op_variables(graph, [*trainable, global_step])}, handle, indent=1)
+
+    window = (trace_window["start"] + TRACE_START_S, trace_window["end"])
+    per_worker: dict[int, int] = {}
+    rows = []
+    for worker, began, ended in sorted(results, key=lambda r: (r[0], r[1])):
+        k = per_worker.get(worker, warmup)
+        per_worker[worker] = k + 1
+        inside = int(window[0] <= began and ended <= window[1])
+        rows.append((worker, k, 1, inside, f"{began:.6f}", f"{ended - began:.6f}"))
+    for w in range(len(spec["cluster"]["worker"])):
+        mine = [r for r in rows if r[0] == w]
+        (out / f"step_times.worker{w}.csv").write_text(_csv_text(mine), encoding="utf-8")
+    versions = {"tensorflow": tf.__version__, "python": sys.version.split()[0],
+                "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
+                "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
+                "traces": traced, "graphs": graphs}
+    (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
+    _emit("finished", batch_size=int(batch_size[0]))
+    return 0
