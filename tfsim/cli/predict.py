@@ -81,20 +81,8 @@ def register(sub) -> None:
 def worker_speeds(text: str | None, seed: int):
     """--worker-speed as the library's WorkerSpeeds, or None."""
     from simulate.config import WorkerSpeeds
-    from tfbase.errors import UsageError
 
-    if not text:
-        return None
-    if text.startswith("lognormal:"):
-        try:
-            return WorkerSpeeds(sigma=float(text.partition(":")[2]), seed=seed)
-        except ValueError:
-            raise UsageError("worker_speed", f"{text!r}: lognormal:SIGMA needs a number") from None
-    try:
-        return WorkerSpeeds(factors=tuple(float(x) for x in text.split(",") if x.strip()))
-    except ValueError:
-        raise UsageError("worker_speed", f"{text!r} is not a list of speed factors (1,1,0.5) or lognormal:SIGMA") \
-            from None
+    return WorkerSpeeds.parse(text, seed) if text else None
 
 
 def _names(text: str) -> list[str]:

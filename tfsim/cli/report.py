@@ -45,6 +45,11 @@ def register(sub) -> None:
                    help="$/hour of a worker host and of a PS host: adds a cost section (cost per example, the "
                         "Pareto front of throughput against cost)")
     p.add_argument("--examples", type=float, metavar="N", help="with --price: an epoch's examples (hours per epoch)")
+    p.add_argument("--worker-speed", metavar="F,F,...|lognormal:SIGMA",
+                   help="stragglers: adds a section that predicts async and sync SGD side by side, with every "
+                        "worker at the profiled speed and with these speeds (worker 0, 1, ... at F, the others at 1; "
+                        "or a lognormal of median 1 seeded by --seed), and what the stragglers cost in each; the "
+                        "rest of the report is for workers at the profiled speed")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     add_jobs_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
@@ -62,6 +67,7 @@ def run(args) -> int:
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
         steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
         ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
+        worker_speed=args.worker_speed,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, jobs=args.jobs or default_jobs(), progress=not args.no_progress)
     say = (lambda message: None) if args.no_progress else console.say

@@ -29,6 +29,7 @@ from tfsim.comparison import check_measured_in_sweep, comparison_table, read_mea
 from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
+from tfsim.report.stragglers import StragglerPlan, plan_stragglers, run_stragglers
 
 REPORT_ORDERS = ("http2", "fifo", "tic", "tac", "random")
 GANTT_STEPS = 3
@@ -57,6 +58,7 @@ class ReportRequest:
     plots_dir: Path | None = None
     jobs: int = 1
     progress: bool = True
+    worker_speed: str | None = None  # stragglers: adds a section of async and sync with and without them
 
     @property
     def hosts(self):
@@ -92,6 +94,8 @@ class ReportRequest:
             parts += ["--setting", self.setting]
         if self.gantt_workers:
             parts += ["--gantt-workers", str(self.gantt_workers)]
+        if self.worker_speed:
+            parts += ["--worker-speed", self.worker_speed]
         return " ".join(parts)
 
 
@@ -115,6 +119,8 @@ class Report:
     gantt_many: object
     calibration_plots: tuple[tuple[str, Path], ...]
     cost: object | None = None  # the reference rows with their cost (simulate.planning.add_costs), with --price
+    stragglers: object | None = None  # async and sync with and without stragglers (stragglers.run_stragglers)
+    straggler_plan: object | None = None  # what they were asked as (stragglers.StragglerPlan)
 
     @property
     def reference(self):
@@ -158,6 +164,7 @@ class ReportPlan:
     priorities: dict
     sweep: object  # simulate.sweep.Sweep
     gantt_limit: int  # the most workers a Gantt trace of this profile may hold
+    stragglers: StragglerPlan | None = None  # the straggler section's sweeps, when asked for
 
 
 def plan_report(request: ReportRequest) -> ReportPlan:
@@ -195,8 +202,14 @@ def plan_report(request: ReportRequest) -> ReportPlan:
         Prices.parse(request.price)  # checked before anything is simulated
     if request.examples is not None and not request.price:
         raise UsageError("examples", "an epoch's cost needs prices (price)")
+    stragglers = None
+    if request.worker_speed:
+        stragglers = plan_stragglers(profile, cluster, text=request.worker_speed, workers=workers,
+                                     transfer=reference, steps=request.steps, warmup=request.warmup,
+                                     seed=request.seed, cores=request.cores, colocation=request.hosts)
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
-    return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit)
+    return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit,
+                      stragglers)
 
 
 def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None,
@@ -217,6 +230,10 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     frame = plan.sweep.run(jobs=request.jobs, progress=request.progress)
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
                                    extra=ordering_fields(ordering_summary(frame)))
+    stragglers = None
+    if plan.stragglers is not None:
+        say(f"      and async and sync SGD with and without the stragglers ({request.worker_speed})")
+        stragglers = run_stragglers(plan.stragglers, jobs=request.jobs, progress=request.progress)
 
     say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
                                                if measured is not None else ""))
@@ -247,4 +264,5 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                   reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
                   comparison=comparison, measured=measured, orderings=order_gains(frame, reference),
                   gantt_one=gantts[0], gantt_many=gantts[1],
-                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost)
+                  calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost,
+                  stragglers=stragglers, straggler_plan=plan.stragglers)

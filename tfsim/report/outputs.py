@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tfbase.fileio import OutputDirectory, Outputs, atomic_output, write_json, write_text
 from tfsim import __version__
+from tfsim.report.stragglers import straggler_document
 
 REPORT_FORMAT = "tfsim.report/1"
 
@@ -36,6 +37,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
                    "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
                    "price": request.price, "examples": request.examples,
+                   "worker_speed": request.worker_speed,
                    "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
@@ -48,6 +50,8 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
         "gantt": {"one_worker": report.gantt_one.stats(), "many_workers": report.gantt_many.stats()},
         "calibration_plots": [str(path) for _, path in report.calibration_plots],
         "cost": None if report.cost is None else _records(report.cost),
+        "stragglers": None if report.stragglers is None
+        else straggler_document(report.straggler_plan, report.stragglers),
     }
 
 
