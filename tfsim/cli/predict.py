@@ -13,6 +13,7 @@ from tfsim.cli.options import (
     add_steps_options,
     positive_int,
     task_hosts,
+    with_latency,
 )
 
 
@@ -126,7 +127,8 @@ def run(args) -> int:
             raise UsageError("--target" if args.target is not None else "--deadline", "needs --price")
         if args.deadline is not None and args.examples is None:
             raise UsageError("--deadline", "needs --examples (an epoch's size)")
-        cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+        cluster = with_latency(resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth")
+                                               if args.bandwidth else None), args.latency)
         if args.transfer is None:
             args.transfer = cluster.default_transfer
         transfers = expand_random(_names(args.transfer))

@@ -67,7 +67,7 @@ def run(args) -> int:
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
         steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
         ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
-        worker_speed=args.worker_speed,
+        worker_speed=args.worker_speed, latency=args.latency,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, jobs=args.jobs or default_jobs(), progress=not args.no_progress)
     say = (lambda message: None) if args.no_progress else console.say

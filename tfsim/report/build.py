@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from simulate.cluster import parse_latency
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baseline_parameters, baselines
 from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
@@ -59,6 +60,7 @@ class ReportRequest:
     jobs: int = 1
     progress: bool = True
     worker_speed: str | None = None  # stragglers: adds a section of async and sync with and without them
+    latency: str | None = None  # a what-if one-way link latency (simulate.cluster.parse_latency)
 
     @property
     def hosts(self):
@@ -74,6 +76,8 @@ class ReportRequest:
             parts += ["--cluster", str(self.cluster_path)]
         if self.bandwidth:
             parts += ["--bandwidth", self.bandwidth]
+        if self.latency:
+            parts += ["--latency", self.latency]
         parts += ["--workers", self.workers, "--steps", str(self.steps), "--warmup", str(self.warmup),
                   "--seed", str(self.seed)]
         if self.mode != "async":
@@ -176,6 +180,8 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     profile = load_profile(request.profile_path)
     cluster = resolve_cluster(request.cluster_path,
                               parse_rate(request.bandwidth, "bandwidth") if request.bandwidth else None)
+    if request.latency:
+        cluster = cluster.with_latency(*parse_latency(request.latency))
     if request.plots_dir is not None and not request.plots_dir.is_dir():
         raise InputError(request.plots_dir, "no such directory (give the DIR of tfsim calibrate --plots DIR)")
     workers = parse_workers(request.workers)

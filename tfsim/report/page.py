@@ -124,6 +124,11 @@ def _cluster_section(cluster: dict, figures: dict) -> str:
     else:
         source = ("<b>Not calibrated</b>: bandwidth only, with no parsing overhead and an unlimited HTTP/2 window. "
                   "Run <code>tfsim calibrate</code> on a captured run for numbers to act on")
+    latency = cluster.get("latency_s") or {}
+    if any(latency.values()):
+        source += (f"; with a what-if one-way latency of <b>{num(latency['downlink'], ',.3g', 1e3)} ms</b> PS → "
+                   f"worker and <b>{num(latency['uplink'], ',.3g', 1e3)} ms</b> worker → PS added to every "
+                   "transfer and message")
     parts.append(f"<p>{source}. Parsing overhead runs <b>{esc(cluster['overhead_placement'])}</b> "
                  f"(where received tensors are deserialised).</p>")
     spread = cluster.get("bandwidth_spread_Bps") or {}
