@@ -76,6 +76,10 @@ def register(sub) -> None:
                            "or every worker at a speed drawn from a lognormal of median 1 (seeded by --seed); async "
                            "workers wait for no one, a sync barrier waits for the slowest")
     add_output_options(p)
+    p.add_argument("--executor", metavar="local|dask://HOST:PORT",
+                   help="where the configurations run: local (default: --jobs processes here) or the scheduler of "
+                        "a running Dask cluster, whose workers have tfsim installed (pip install 'tfsim[dask]'); "
+                        "the numbers are the same either way")
     p.set_defaults(handler=run)
 
 
@@ -93,6 +97,7 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
+    from simulate.executors import parse_executor
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -140,6 +145,7 @@ def run(args) -> int:
         priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
                                               bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
         flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
+        executor = parse_executor(args.executor)
         sweep = plan_sweep(
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
@@ -155,7 +161,7 @@ def run(args) -> int:
                             steps_parameter="trace_steps")
         console.release()  # every input is checked: from here on, warnings and progress as they come
 
-        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, executor=executor)
         model = profile.meta.get("model") or Path(args.profile).stem
         out = console.out
         print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
