@@ -397,3 +397,16 @@ def test_straggler_section_puts_async_beside_sync_with_predicts_numbers(data_dir
                         "--out", tmp_path / "bad"], capsys)
     assert code == 2 and err.strip().splitlines()[-1].startswith("tfsim: error: --worker-speed: speed factors")
     assert not (tmp_path / "bad").exists()
+
+
+def test_straggler_advice_says_loss_or_gain():
+    from tfsim.report.advice import GAIN_NOTE, straggler_advice
+
+    numbers = {"stragglers": {"worker_speed": "0.5", "workers": 8, "throughput_async_eps": 3393.4,
+                              "throughput_sync_eps": 1976.3, "loss_async": -0.021, "loss_sync": 0.15}}
+    text = straggler_advice(numbers)
+    assert text == ("With the stragglers (0.5) at W = 8, async SGD gains 2.1% and sync SGD loses 15.0% of its "
+                    f"throughput: async SGD is faster (3,393.4 examples/s). {GAIN_NOTE}")
+    assert straggler_advice({}) is None
+    losing = straggler_advice({"stragglers": {**numbers["stragglers"], "loss_async": 0.02}})
+    assert "async SGD loses 2.0% of its throughput" in losing and GAIN_NOTE not in losing

@@ -179,9 +179,19 @@ def straggler_advice(numbers: dict) -> str | None:
     if straggle is None:
         return None
     faster = max(("async", "sync"), key=lambda mode: straggle[f"throughput_{mode}_eps"])
-    return (f"With the stragglers ({straggle['worker_speed']}) at W = {straggle['workers']}, async SGD loses "
-            f"{_pct1(straggle['loss_async'])} of its throughput and sync SGD {_pct1(straggle['loss_sync'])}: "
-            f"{faster} SGD is faster ({straggle[f'throughput_{faster}_eps']:,.1f} examples/s).")
+    losses = (straggle["loss_async"], straggle["loss_sync"])
+    return (f"With the stragglers ({straggle['worker_speed']}) at W = {straggle['workers']}, async SGD "
+            f"{loss_words(losses[0])} and sync SGD {loss_words(losses[1])}: "
+            f"{faster} SGD is faster ({straggle[f'throughput_{faster}_eps']:,.1f} examples/s)."
+            + (f" {GAIN_NOTE}" if min(losses) < 0 else ""))
+
+
+GAIN_NOTE = "A gain is possible where the links are contended: a slower worker leaves the others more of them."
+
+
+def loss_words(loss: float) -> str:
+    """What the stragglers cost a mode, in words: ``loses X%``, or ``gains X%`` when it is negative."""
+    return f"gains {_pct1(-loss)}" if loss < 0 else f"loses {_pct1(loss)} of its throughput"
 
 
 def _calibration_caveats(cluster: dict, model: str) -> list[str]:

@@ -8,7 +8,7 @@ import math
 
 from tfbase.units import format_rate
 from tfsim import __version__
-from tfsim.report.advice import order_advice
+from tfsim.report.advice import GAIN_NOTE, loss_words, order_advice
 
 STYLE = """
 :root { --ink: #1a202c; --muted: #4a5568; --line: #e2e8f0; --accent: #2b6cb0; --good: #276749; --bad: #9b2c2c; }
@@ -318,7 +318,7 @@ def _straggler_section(report, figures: dict) -> str:
         headers += [f"{esc(mode)}: even", f"{esc(mode)}: with stragglers", f"{esc(mode)}: cost of the stragglers"]
     largest = int(speeds["workers"].max())
     losses = {mode: pivot[(mode, largest)]["loss"] for mode in modes}
-    summary = "; ".join(f"{esc(mode)} SGD loses {pct(loss, 1)}" for mode, loss in losses.items())
+    summary = "; ".join(f"{esc(mode)} SGD {esc(loss_words(loss))}" for mode, loss in losses.items())
     return "\n".join([
         "<h2>Stragglers: async against sync SGD</h2>",
         f'<p class="note">Worker speeds {esc(report.straggler_plan.text)} (relative to the profiled host; a '
@@ -326,7 +326,8 @@ def _straggler_section(report, figures: dict) -> str:
         "In async SGD a straggler costs its own share: the others do not wait for it. In sync SGD every step "
         "waits at the barrier for the slowest worker. Throughput in examples/s with the "
         f"{esc(report.reference_policy)} transfer model; the cost is the fraction of the even cluster's "
-        f"throughput lost. At W = {largest}: {summary}.</p>",
+        f"throughput lost. At W = {largest}: {summary}."
+        + (f" {esc(GAIN_NOTE)}" if min(losses.values()) < 0 else "") + "</p>",
         table(headers, rows, numeric=set(range(len(headers)))),
         figure(figures["stragglers"], alt="stragglers"),
     ])
