@@ -263,6 +263,15 @@ def test_a_link_latency_what_if_delays_each_dependent_transfer(tmp_path, capsys)
     assert 0.0009 < step_s("--latency", "down=1ms")[0] - plain <= 0.001 + slack
     assert 0.0009 < step_s("--latency", "up=1ms")[0] - plain <= 0.001 + slack
     assert step_s("--latency", "0")[0] == plain
+    report = tmp_path / "with-latency"
+    assert main(["report", tiny, "--bandwidth", "1gbit", "--workers", "1", "--steps", "300", "--jobs", "1",
+                 "--no-progress", "--latency", "1ms", "--out", str(report)]) == 0
+    capsys.readouterr()
+    document = json.loads((report / "report.json").read_text())
+    assert document["cluster"]["latency_s"] == {"downlink": 0.001, "uplink": 0.001}
+    assert document["inputs"]["latency"] == "1ms" and "--latency 1ms" in document["inputs"]["command"]
+    reference = [r for r in document["prediction"]["rows"] if r["policy"] == document["headline"]["reference_policy"]]
+    assert reference[0]["step_time_s"] == both  # the report's prediction is predict's, latency and all
 
     catalogue = tmp_path / "types.toml"
     catalogue.write_text('[[type]]\nname = "a"\nprice = 1\nlink = "1gbit"\n')

@@ -37,7 +37,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
                    "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
                    "price": request.price, "examples": request.examples,
-                   "worker_speed": request.worker_speed,
+                   "worker_speed": request.worker_speed, "latency": request.latency,
                    "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
