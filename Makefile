@@ -17,9 +17,9 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/activate
 	$(PIP) install -e '.[dev]'
 	touch $@
 
-# TensorFlow, for `tfsim collect` and the tests that run real jobs.
+# TensorFlow, for `tfsim collect` and the tests that run real jobs; dask, for the executor tests.
 $(VENV)/.tf-installed: $(VENV)/.core-installed
-	$(PIP) install -e '.[tf,dev]'
+	$(PIP) install -e '.[tf,dev,dask]'
 	touch $@
 
 # Debian tools the capture, lab and browser tests drive (installed only where missing; needs root).

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 from simulate.engine import SimRun, slot_names
-from simulate.prepare import KIND_OVERHEAD, KIND_TRANSFER
+from simulate.prepare import KIND_LATENCY, KIND_OVERHEAD, KIND_TRANSFER
 from tfbase.fileio import write_text
 from tfprofile.dag import Resource
 
@@ -50,7 +50,7 @@ def chrome_trace(run: SimRun) -> dict:
                            "args": {"name": f"parsing from worker {w}"}})
 
     t = run.trace
-    kinds = {KIND_TRANSFER: "transfer", KIND_OVERHEAD: "parse"}
+    kinds = {KIND_TRANSFER: "transfer", KIND_OVERHEAD: "parse", KIND_LATENCY: "latency"}
     ps_slot0 = 2 * M + 1
     # Where each (worker, step, op) finished and started, for the flow arrows.
     last_end: dict[tuple[int, int, int], tuple[float, int, int]] = {}

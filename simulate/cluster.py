@@ -37,6 +37,47 @@ def check_non_negative(value, option: str) -> float:
     return value
 
 
+MAX_LATENCY_S = 10.0  # a one-way latency beyond this is not a network any more (and not a what-if)
+
+
+def check_latency(value, option: str) -> float:
+    """``value`` as a one-way latency in seconds, 0 to :data:`MAX_LATENCY_S`, or a UsageError
+    naming ``option``."""
+    value = _number(value, option)
+    if not (math.isfinite(value) and 0 <= value <= MAX_LATENCY_S):
+        raise UsageError(option, f"a latency must be between 0 and {MAX_LATENCY_S:g} s, not {value:g} s")
+    return value
+
+
+def parse_latency(text: str, parameter: str = "latency_s") -> tuple[float, float]:
+    """A what-if link latency as written on a command line: ``"5ms"`` (both directions) or
+    ``"down=5ms,up=1ms"`` (a direction left out has none); (downlink, uplink) in seconds.
+
+    Examples
+    --------
+    >>> parse_latency("2ms")
+    (0.002, 0.002)
+    >>> parse_latency("up=1ms")
+    (0.0, 0.001)
+    """
+    from tfbase.units import parse_duration
+
+    text = str(text).strip()
+    if "=" not in text:
+        both = check_latency(parse_duration(text, parameter), parameter)
+        return both, both
+    values = {"down": 0.0, "up": 0.0}
+    seen = set()
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        key = key.strip().lower()
+        if key not in values or key in seen:
+            raise UsageError(parameter, f"{text!r}: give TIME, or down=TIME,up=TIME (each direction once)")
+        seen.add(key)
+        values[key] = check_latency(parse_duration(value, parameter), parameter)
+    return values["down"], values["up"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Overhead:
     """Parsing overhead of a received tensor: ``alpha_s_per_byte * size + beta_s`` (ICPE §3.2.1)."""
@@ -185,6 +226,10 @@ class ClusterModel:
             every chunk shares the link from its first byte.
         rpc: the step's RunGraph and request messages (:class:`RpcChain`); ``None``: a step
             is its traced ops only.
+        latency_downlink_s, latency_uplink_s: a what-if one-way latency of each direction,
+            added to what the calibration measured (docs/model.md §11.2): every transfer's
+            bytes, and every message, reach the other end that much later; the link is not
+            held for it. 0: as calibrated.
         default_transfer: the transfer model predictions use unless told otherwise
             (``grpc`` for clusters calibrated from TF 2.x captures, else ``http2``).
         calibrated: False when built from a bandwidth alone.
@@ -204,6 +249,8 @@ class ClusterModel:
     queue_window_downlink_bytes: float = 0.0
     queue_window_uplink_bytes: float = 0.0
     rpc: RpcChain | None = None
+    latency_downlink_s: float = 0.0
+    latency_uplink_s: float = 0.0
     default_transfer: str = "http2"
     calibrated: bool = True
     source: str = ""
@@ -215,6 +262,8 @@ class ClusterModel:
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
         for name in ("queue_window_downlink_bytes", "queue_window_uplink_bytes"):
             object.__setattr__(self, name, check_non_negative(getattr(self, name), name))
+        for name in ("latency_downlink_s", "latency_uplink_s"):
+            object.__setattr__(self, name, check_latency(getattr(self, name), name))
         for name, bucket, peak in (("bucket_downlink", self.bucket_downlink, self.downlink_Bps),
                                    ("bucket_uplink", self.bucket_uplink, self.uplink_Bps)):
             if bucket is not None and bucket.sustained_Bps > peak:
@@ -227,6 +276,27 @@ class ClusterModel:
         cluster is uncalibrated)."""
         return cls(bandwidth_Bps, bandwidth_Bps if uplink_Bps is None else uplink_Bps,
                    calibrated=False, source="bandwidth only")
+
+    def with_latency(self, downlink_s: float, uplink_s: float | None = None) -> ClusterModel:
+        """The same cluster with a one-way latency of ``downlink_s`` (PS -> worker) and
+        ``uplink_s`` (worker -> PS; default: as the downlink) added to its links: a what-if
+        that keeps the calibration, the DAG and every transfer's size (docs/model.md §11.2).
+
+        Examples
+        --------
+        >>> far = ClusterModel.from_bandwidth(125e6).with_latency(0.005)
+        >>> far.latency_downlink_s, far.latency_uplink_s
+        (0.005, 0.005)
+        """
+        downlink_s = check_latency(downlink_s, "latency_s")
+        uplink_s = downlink_s if uplink_s is None else check_latency(uplink_s, "latency_s")
+        return dataclasses.replace(self, latency_downlink_s=downlink_s, latency_uplink_s=uplink_s)
+
+    @property
+    def window_round_trip_s(self) -> float:
+        """What the what-if latency adds to a grpc window update's delay: the data reaches the
+        receiver one way later and its WINDOW_UPDATE comes back the other way."""
+        return self.latency_downlink_s + self.latency_uplink_s
 
     def with_bandwidth(self, downlink_Bps: float, uplink_Bps: float | None = None) -> ClusterModel:
         """The same cluster at another bandwidth (a what-if: everything else stays calibrated;

@@ -206,6 +206,35 @@ class WorkerSpeeds:
         if factors and self.sigma is not None:
             raise UsageError("worker_speed", "give speed factors or a lognormal sigma, not both")
 
+    @classmethod
+    def parse(cls, text: str, seed: int = 0) -> WorkerSpeeds:
+        """Speeds written as ``"1,1,1,0.5"`` (per-worker factors) or ``"lognormal:SIGMA"``
+        (drawn with ``seed``); a UsageError naming ``worker_speed`` for anything else.
+
+        Examples
+        --------
+        >>> WorkerSpeeds.parse("1,0.5")
+        WorkerSpeeds(factors=(1.0, 0.5), sigma=None, seed=0)
+        >>> WorkerSpeeds.parse("lognormal:0.2", seed=3).sigma
+        0.2
+        """
+        text = str(text).strip()
+        prefix = "lognormal:"
+        if text.startswith(prefix):
+            try:
+                sigma = float(text[len(prefix):])
+            except ValueError:
+                raise UsageError("worker_speed", f"{text!r}: lognormal:SIGMA needs a number") from None
+            return cls(sigma=sigma, seed=seed)
+        try:
+            factors = tuple(float(x) for x in text.split(",") if x.strip())
+        except ValueError:
+            raise UsageError("worker_speed", f"{text!r} is not a list of speed factors (1,1,0.5) or "
+                                             "lognormal:SIGMA") from None
+        if not factors:
+            raise UsageError("worker_speed", "give speed factors (1,1,0.5) or lognormal:SIGMA")
+        return cls(factors=factors)
+
     def __call__(self, workers: int) -> tuple[float, ...]:
         if self.sigma is not None:
             import numpy as np

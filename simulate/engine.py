@@ -252,7 +252,8 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         sync=config.mode is not Mode.ASYNC, host_cores=host_cores,
         flow_window_t_s=window_t, flow_window_bytes=window_bytes,
         flow_window_n=np.array([len(f.window_timeline) for f in flows], dtype=np.int64),
-        flow_update_delay_s=np.array([f.update_delay_s for f in flows]),
+        # A window update waits for the data to arrive and crosses back: a what-if latency adds both ways.
+        flow_update_delay_s=np.array([f.update_delay_s + cluster.window_round_trip_s for f in flows]),
         start_at_s=np.array(config.start_offsets_s or (0.0,) * W, dtype=np.float64),
         trace_steps=config.trace_steps,
     )

@@ -17,6 +17,11 @@ Preparation is where the model's assumptions become data:
 - **The RPC chain** (docs/model.md §2.9), when the cluster has one: per server, four message
   ops, each a latency of its own that waits behind the queue of the link it crosses (RunGraph
   request, the worker's and the PS's RecvTensor requests, the RunGraph response).
+- **Link latency** (docs/model.md §11.2), when the cluster has a what-if one: a pure-delay op
+  of that latency right after every transfer of the direction (before its parsing), so that
+  its bytes reach the receiver that much later while the link is free for the next; each RPC
+  message waits the latency of the link it crosses too. In all-reduce, an uplink's ring
+  takes 2 (K - 1) hops, each with the uplink's latency.
 
 The result, :class:`SimGraph`, keeps ops in topological order with CSR successors.
 """
@@ -34,7 +39,7 @@ from simulate.config import Mode
 from tfbase.errors import UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
 
-KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD, KIND_MESSAGE = 0, 1, 2, 3
+KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD, KIND_MESSAGE, KIND_LATENCY = 0, 1, 2, 3, 4
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -43,8 +48,9 @@ class SimGraph:
 
     Attributes (length ``n_ops`` unless stated):
         resource, server: as in :class:`~tfprofile.dag.OpGraph` (server -1 for WORKER).
-        kind: KIND_COMPUTE, KIND_TRANSFER or KIND_OVERHEAD.
-        origin: index of the profile op each op comes from (an overhead op: its transfer's).
+        kind: KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD, KIND_MESSAGE or KIND_LATENCY.
+        origin: index of the profile op each op comes from (an overhead or latency op: its
+            transfer's; a message: -1).
         succ_ptr, succ_idx: CSR successors, ascending; in_degree: predecessor counts.
         work: (S, n_ops) bytes for transfers, seconds for computation, per profiled step.
         priority: transfer priority (lower first) for the priority scheduler; inf if none.
@@ -243,10 +249,85 @@ def prepare(
         succ_idx=dst.astype(np.int64), in_degree=in_degree, work=np.ascontiguousarray(work), priority=priority,
         n_servers=n_servers, batch_size=profile.batch_size, names=names.astype(str), parse_lane=parse_lane,
     )
-    return sim if cluster.rpc is None else with_rpc_chain(sim, cluster.rpc)
+    if mode is Mode.ALLREDUCE:  # nothing goes down; a ring all-reduce crosses 2 (K - 1) uplinks in turn
+        sim = with_link_latency(sim, 0.0, 2 * (workers - 1) * cluster.latency_uplink_s)
+    else:
+        sim = with_link_latency(sim, cluster.latency_downlink_s, cluster.latency_uplink_s)
+    return sim if cluster.rpc is None else with_rpc_chain(sim, cluster.rpc, cluster.latency_downlink_s,
+                                                          cluster.latency_uplink_s)
 
 
-def with_rpc_chain(graph: SimGraph, rpc) -> SimGraph:
+def with_link_latency(graph: SimGraph, downlink_s: float, uplink_s: float) -> SimGraph:
+    """``graph`` with a pure-delay op after every transfer of a direction with a latency.
+
+    The delay op (``ParseLane.DELAY``: a slot of its own, overlapping everything) takes over
+    the transfer's successors, its parsing op first when it has one, so the link carries the
+    bytes at its rate and the receiver sees them ``downlink_s`` or ``uplink_s`` later. It is
+    numbered right after its transfer, which keeps the order topological; with no latency the
+    graph is returned as it is.
+
+    Parameters
+    ----------
+    graph : SimGraph
+        A prepared graph (before the RPC chain is added).
+    downlink_s, uplink_s : float
+        The one-way latency of each direction, seconds.
+
+    Returns
+    -------
+    SimGraph
+
+    Examples
+    --------
+    >>> import tfprofile, simulate
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> graph = prepare(profile, simulate.ClusterModel.from_bandwidth(125e6))
+    >>> far = with_link_latency(graph, 0.001, 0.002)
+    >>> int((far.kind == KIND_LATENCY).sum()) == int((graph.kind == KIND_TRANSFER).sum())
+    True
+    """
+    transfer = graph.kind == KIND_TRANSFER
+    is_down = transfer & (graph.resource == Resource.DOWNLINK)
+    delay = np.where(is_down, downlink_s, np.where(transfer & (graph.resource == Resource.UPLINK), uplink_s, 0.0))
+    split = delay > 0
+    if not split.any():
+        return graph
+    n_old = graph.n_ops
+    new_pos = np.arange(n_old) + np.concatenate([[0], np.cumsum(split)[:-1]])
+    n_new = n_old + int(split.sum())
+    lat_pos = new_pos[split] + 1
+
+    def spread(values, latency_values, dtype):
+        out = np.empty(n_new, dtype=dtype)
+        out[new_pos] = values
+        out[lat_pos] = latency_values
+        return out
+
+    # The receiver's side of the link: the worker for a downlink, the transfer's server for an uplink.
+    resource = spread(graph.resource, np.where(is_down[split], Resource.WORKER, Resource.PS), np.int8)
+    server = spread(graph.server, np.where(is_down[split], -1, graph.server[split]), np.int16)
+    src_old = np.repeat(np.arange(n_old), np.diff(graph.succ_ptr))
+    src = np.concatenate([np.where(split[src_old], new_pos[src_old] + 1, new_pos[src_old]), new_pos[split]])
+    dst = np.concatenate([new_pos[graph.succ_idx], lat_pos])
+    succ_ptr, dst, in_degree = _successors(src, dst, n_new)
+    work = np.empty((graph.n_steps, n_new))
+    work[:, new_pos] = graph.work
+    work[:, lat_pos] = delay[split][None, :]
+    return SimGraph(
+        resource=resource, server=server, kind=spread(graph.kind, KIND_LATENCY, np.int8),
+        origin=spread(graph.origin, graph.origin[split], np.int64), succ_ptr=succ_ptr,
+        succ_idx=dst.astype(np.int64), in_degree=in_degree, work=np.ascontiguousarray(work),
+        priority=spread(graph.priority, np.inf, np.float64), n_servers=graph.n_servers,
+        batch_size=graph.batch_size,
+        names=spread(graph.names.astype(object), np.char.add(graph.names[split].astype(str), "/latency"),
+                     object).astype(str),
+        parse_lane=spread(graph.parse_lane, ParseLane.DELAY, np.int8),
+        fifo_link=spread(graph.fifo_link, -1, np.int64),
+    )
+
+
+def with_rpc_chain(graph: SimGraph, rpc, latency_downlink_s: float = 0.0, latency_uplink_s: float = 0.0
+                   ) -> SimGraph:
     """``graph`` with the step's RPC messages of each server m (docs/model.md §2.9):
 
     - ``RunGraph`` (uplink m): a root; the PS's ops without predecessors on server m wait
@@ -256,8 +337,9 @@ def with_rpc_chain(graph: SimGraph, rpc) -> SimGraph:
     - ``RunGraph response`` (downlink m): after every op of the PS's part on m (its PS ops,
       the uplinks to it and their parsing) that has no successor among them.
 
-    Each message is a pure-delay op (a slot of its own) whose delay is the rpc's, plus, on a
-    link with a queue window, its wait behind that link's queue. Ops are renumbered so that
+    Each message is a pure-delay op (a slot of its own) whose delay is the rpc's plus the
+    what-if latency of the link it crosses, plus, on a link with a queue window, its wait
+    behind that link's queue. Ops are renumbered so that
     the order stays topological: the roots first, the responses last.
     """
     M = graph.n_servers
@@ -295,13 +377,14 @@ def with_rpc_chain(graph: SimGraph, rpc) -> SimGraph:
     front_server = np.repeat(servers, 3)
     front_resource = np.tile([Resource.WORKER, Resource.PS, Resource.WORKER], M)
     front_link = np.ravel(np.column_stack([M + servers, servers, M + servers]))  # uplink, downlink, uplink
-    front_delay = np.tile([rpc.rungraph_s, rpc.ps_requests_s, rpc.worker_requests_s], M)
+    front_delay = np.tile([rpc.rungraph_s + latency_uplink_s, rpc.ps_requests_s + latency_downlink_s,
+                           rpc.worker_requests_s + latency_uplink_s], M)
     front_names = [f"{name}{'' if M == 1 else f' ps{m}'}" for m in range(M)
                    for name in ("RunGraph", "PS requests", "worker requests")]
     back_names = [f"RunGraph response{'' if M == 1 else f' ps{m}'}" for m in range(M)]
     S = graph.n_steps
     work = np.concatenate([np.broadcast_to(front_delay, (S, n_front)), graph.work,
-                           np.full((S, M), rpc.response_s)], axis=1)
+                           np.full((S, M), rpc.response_s + latency_downlink_s)], axis=1)
     return SimGraph(
         resource=spliced(graph.resource, front_resource, np.full(M, Resource.PS)).astype(np.int8),
         server=spliced(graph.server, np.where(front_resource == Resource.WORKER, -1, front_server),

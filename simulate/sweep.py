@@ -37,9 +37,10 @@ from simulate.config import (
     parse_enum,
 )
 from simulate.engine import SimRun, run
+from simulate.executors import LocalExecutor, parse_executor
 from simulate.prepare import _priorities, prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise, t95
-from simulate.workers import MAX_JOBS, WorkerPool, run_in_child
+from simulate.workers import MAX_JOBS, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfprofile.dag import Profile, Resource
 
@@ -296,12 +297,13 @@ def _scenario_task(shared, scenario: Scenario) -> dict:
 
 
 def run_scenarios(profile: Profile, cluster: ClusterModel, scenarios: Sequence[Scenario], options: dict, *,
-                  jobs: int = 1, progress: bool = False) -> list[dict]:
+                  jobs: int = 1, progress: bool = False, executor=None) -> list[dict]:
     """Rows for every scenario, in the order given, simulated in ``jobs`` worker processes
     (:class:`simulate.workers.WorkerPool`: one even for ``jobs`` = 1, so that a signal stops
-    the sweep at once)."""
+    the sweep at once), or by ``executor`` (:mod:`simulate.executors`: a Dask cluster)."""
     if not scenarios:
         return []
+    executor = LocalExecutor() if executor is None else executor
     bar = None
     if progress:
         from tqdm import tqdm
@@ -310,8 +312,7 @@ def run_scenarios(profile: Profile, cluster: ClusterModel, scenarios: Sequence[S
     try:
         # Larger configurations first, so the pool does not end waiting on one big run.
         order = sorted(range(len(scenarios)), key=lambda i: -scenarios[i].workers)
-        with WorkerPool(min(jobs, len(scenarios)), shared=(profile, cluster, options)) as pool:
-            done = pool.map(_scenario_task, [scenarios[i] for i in order],
+        done = executor.map(_scenario_task, (profile, cluster, options), [scenarios[i] for i in order], jobs=jobs,
                             on_result=(lambda _: bar.update(1)) if bar is not None else None)
         rows: list[dict | None] = [None] * len(scenarios)
         for position, index in enumerate(order):
@@ -377,13 +378,15 @@ class Sweep:
         """The sweep's estimated op events (what bounds its run time)."""
         return sweep_op_events(self.profile, self.scenarios, self.options, self.cluster)
 
-    def run(self, *, jobs: int = 1, progress: bool = False):
-        """Simulate every configuration; one row each (see :func:`predict`)."""
+    def run(self, *, jobs: int = 1, progress: bool = False, executor=None):
+        """Simulate every configuration; one row each (see :func:`predict`). ``executor``: where
+        (:mod:`simulate.executors`; None: ``jobs`` processes of this machine)."""
         import pandas as pd
 
         if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
             raise UsageError("jobs", f"must be between 1 and {MAX_JOBS}, not {jobs}")
-        rows = run_scenarios(self.profile, self.cluster, self.scenarios, self.options, jobs=jobs, progress=progress)
+        rows = run_scenarios(self.profile, self.cluster, self.scenarios, self.options, jobs=jobs, progress=progress,
+                             executor=executor)
         frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "saturated"])
         frame["saturated"] = False
         for _, group in frame.groupby(["servers", "mode", "sharing", "policy"], sort=False):
@@ -582,6 +585,7 @@ def predict(
     replicas: int = 1,
     jobs: int = 1,
     progress: bool = False,
+    executor: str | None = None,
 ):
     """Predict throughput over a sweep of configurations, one DataFrame row per configuration.
 
@@ -648,6 +652,10 @@ def predict(
         Parallel processes.
     progress : bool
         Show a progress bar.
+    executor : str, optional
+        Where the configurations run: ``"local"`` (default: ``jobs`` processes here) or
+        ``"dask://HOST:PORT"``, the scheduler of a Dask cluster (:mod:`simulate.executors`);
+        the rows are the same either way.
 
     Returns
     -------
@@ -679,7 +687,8 @@ def predict(
                       transfer=transfer, priorities=priorities, bandwidth_Bps=bandwidth_Bps, steps=steps,
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
-                      worker_speed=worker_speed, replicas=replicas).run(jobs=jobs, progress=progress)
+                      worker_speed=worker_speed, replicas=replicas).run(jobs=jobs, progress=progress,
+                                                                        executor=parse_executor(executor))
 
 
 def default_jobs() -> int:

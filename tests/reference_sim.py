@@ -350,7 +350,9 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         Q.remove(nxt)
         if grpc and is_link[nxt.op] and not (nxt.is_last and nxt.size == 0):  # an empty last chunk returns nothing
             flow = flows[r[0]]
-            returns.append((now + numeric(flow.update_delay_s), w, r, nxt.size, -1 if nxt.is_last else nxt.op))
+            # docs/model.md §11.2: the update leaves when the bytes arrive, and crosses back
+            delay = flow.update_delay_s + (cluster.latency_downlink_s + cluster.latency_uplink_s)
+            returns.append((now + numeric(delay), w, r, nxt.size, -1 if nxt.is_last else nxt.op))
             if not nxt.is_last:
                 if stream_sent[(w, nxt.op)] >= window(r[0]):
                     paused.add((w, nxt.op))

@@ -398,3 +398,15 @@ def test_the_bundled_loopback_captures_calibrate_as_laid_out(data_dir, tmp_path,
         code, _out, err = run(["calibrate", data_dir / "captures" / name, "-o", tmp_path / f"{name}.json"], capsys)
         assert code == 0, err
         assert json.loads((tmp_path / f"{name}.json").read_text())["format"] == "tfsim.cluster/1"
+
+
+@pytest.mark.parametrize("command", ["predict", "report"])
+@pytest.mark.parametrize("speed, needle", [("lognormal:x", "lognormal:SIGMA needs a number"),
+                                           ("lognormal:nan", "a lognormal sigma must be above 0"),
+                                           ("1,fast", "is not a list of speed factors"),
+                                           (",", "give speed factors"), ("1,-0.5", "speed factors must be between")])
+def test_a_bad_worker_speed(tmp_path, capsys, command, speed, needle):
+    out = ["--out", str(tmp_path / "r")] if command == "report" else []
+    one_error(capsys, [command, TINY, "--cluster", CLUSTER, "--workers", "2", *FAST, *out, "--worker-speed", speed],
+              "--worker-speed: ", needle)
+    assert not (tmp_path / "r").exists()

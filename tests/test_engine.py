@@ -18,8 +18,9 @@ from reference_sim import reference_run
 from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, RpcChain, TokenBucket
 from simulate.config import Colocation, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
-from simulate.prepare import KIND_TRANSFER, prepare
+from simulate.prepare import KIND_COMPUTE, KIND_LATENCY, KIND_TRANSFER, prepare
 from simulate.results import throughput_eps
+from tfbase.errors import UsageError
 from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_edges
 
 # Bandwidths, overheads and delays are dyadic, so that every time in a run is a sum of exact
@@ -480,3 +481,69 @@ def test_a_straggler_slows_its_own_steps_in_async_and_everyone_in_sync():
     sync_slow = step_times(Mode.SYNC, (1.0, 0.5))
     assert np.median(sync_slow[0]) == pytest.approx(np.median(sync_slow[1]))  # a barrier: everyone waits
     assert np.median(sync_slow[0]) > 1.5 * np.median(step_times(Mode.SYNC, (1.0, 1.0))[0])
+
+
+# A what-if link latency (docs/model.md §11.2): a pure delay after every transfer, on every
+# message, and on grpc's window updates; dyadic, like every other constant here.
+LATENCY = dataclasses.replace(RPC, overhead_placement=OverheadPlacement.LANE).with_latency(2.0 ** -11, 2.0 ** -12)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(servers=2), CONFIG_SPACE, st.booleans())
+def test_engine_matches_reference_with_link_latency(profile, config, with_rpc):
+    cluster = LATENCY if with_rpc else dataclasses.replace(LATENCY, rpc=None)
+    assert engine_vs_reference(profile, config, cluster=cluster) < 1e-9
+
+
+def _chain_profile():
+    # a PS op (the read), the parameter's downlink, a worker op, the gradient's uplink, the PS's update
+    return make_profile([Resource.PS, Resource.DOWNLINK, Resource.WORKER, Resource.UPLINK, Resource.PS],
+                        [0, 0, -1, 0, 0], [0, 2 ** 20, 0, 2 ** 20, 0],
+                        [[2.0 ** -10, 0.0, 2.0 ** -8, 0.0, 2.0 ** -10]], edges=[(0, 1), (1, 2), (2, 3), (3, 4)])
+
+
+def _step_s(profile, cluster, transfer=Transfer.FIFO):
+    config = SimConfig(workers=1, transfer=transfer, steps=3, warmup=0)
+    return np.diff(run(prepare(profile, cluster), cluster, config).step_end_s[0], prepend=0.0)
+
+
+def test_link_latency_adds_its_delay_to_each_dependent_transfer():
+    """One worker, an idle network: the step crosses one downlink and one uplink, each arriving its
+    direction's latency later; a step framed by the RPC chain crosses the links twice more."""
+    profile = _chain_profile()
+    down, up = 2.0 ** -9, 2.0 ** -8
+    plain = ClusterModel(2.0 ** 27, 2.0 ** 27)
+    base = _step_s(profile, plain)
+    # 2^-10 read + 2^20 B at 2^27 B/s + 2^-8 compute + 2^20 B again + 2^-10 update, every step
+    np.testing.assert_array_equal(base, [2.0 ** -10 + 2.0 ** -7 + 2.0 ** -8 + 2.0 ** -7 + 2.0 ** -10] * 3)
+    np.testing.assert_array_equal(_step_s(profile, plain.with_latency(down, up)), base + down + up)
+    chain = dataclasses.replace(plain, rpc=RpcChain(2.0 ** -11, 2.0 ** -12, 2.0 ** -12, 2.0 ** -11))
+    # the RunGraph request goes up, the response comes down: two more crossings
+    np.testing.assert_array_equal(_step_s(profile, chain.with_latency(down, up)),
+                                  _step_s(profile, chain) + 2 * (down + up))
+    # grpc: a 2^18-byte window cuts the downlink into four chunks, and each of the three that wait
+    # for a WINDOW_UPDATE waits a round trip more (the bytes go down, the update comes up)
+    windowed = dataclasses.replace(plain, flow_downlink=FlowControl(((0.0, 2.0 ** 18),), 2.0 ** -12))
+    np.testing.assert_array_equal(_step_s(profile, windowed.with_latency(down, up), Transfer.GRPC),
+                                  _step_s(profile, windowed, Transfer.GRPC) + down + up + 3 * (down + up))
+
+
+def test_no_latency_leaves_the_graph_as_it_is_and_bad_latencies_name_the_parameter():
+    profile = _chain_profile()
+    plain = ClusterModel(2.0 ** 27, 2.0 ** 27)
+    graph = prepare(profile, plain)
+    same = prepare(profile, plain.with_latency(0.0))
+    assert same.n_ops == graph.n_ops and np.array_equal(same.work, graph.work)
+    far = prepare(profile, plain.with_latency(2.0 ** -9))
+    # numbered right after its transfer, on the receiving side (the worker, then the PS)
+    assert list(far.names) == ["op0", "op1", "op1/latency", "op2", "op3", "op3/latency", "op4"]
+    assert list(far.kind) == [KIND_COMPUTE, KIND_TRANSFER, KIND_LATENCY, KIND_COMPUTE, KIND_TRANSFER, KIND_LATENCY,
+                              KIND_COMPUTE]
+    assert list(far.resource[far.kind == KIND_LATENCY]) == [Resource.WORKER, Resource.PS]
+    for bad in (-1e-3, float("nan"), float("inf"), 11.0, "fast"):
+        with pytest.raises(UsageError) as err:
+            plain.with_latency(bad)
+        assert err.value.source == "latency_s"
+    with pytest.raises(UsageError) as err:
+        ClusterModel(1e8, 1e8, latency_uplink_s=-1.0)
+    assert err.value.source == "latency_uplink_s"

@@ -236,3 +236,56 @@ def test_a_bad_catalogue_names_the_file_and_the_type(tmp_path, text, problem):
     with pytest.raises(InputError) as err:
         read_catalogue(path)
     assert str(path) in str(err.value) and problem in str(err.value)
+
+
+def test_a_link_latency_what_if_delays_each_dependent_transfer(tmp_path, capsys):
+    """One worker on an idle network crosses one downlink and one uplink per step: --latency L
+    lengthens the step by about L per direction it is given for (a little less where the delay
+    overlaps other work), on predict, compare, report and plan alike."""
+    from tfsim.cli import main
+
+    tiny = os.path.join(DATA, "profiles", "tiny.npz")
+    base = ["predict", tiny, "--bandwidth", "1gbit", "--workers", "1", "--steps", "300", "--jobs", "1",
+            "--no-progress"]
+
+    def step_s(*extra):
+        out = tmp_path / "p.json"
+        assert main([*base, *extra, "--json", str(out)]) == 0
+        capsys.readouterr()
+        document = json.loads(out.read_text())
+        return document["rows"][0]["step_time_s"], document["cluster"].get("latency_s")
+
+    plain, none = step_s()
+    both, latency = step_s("--latency", "1ms")
+    assert none is None and latency == {"downlink": 0.001, "uplink": 0.001}
+    slack = 1e-12  # the step times are rounded sums of floats
+    assert 0.0018 < both - plain <= 0.002 + slack
+    assert 0.0009 < step_s("--latency", "down=1ms")[0] - plain <= 0.001 + slack
+    assert 0.0009 < step_s("--latency", "up=1ms")[0] - plain <= 0.001 + slack
+    assert step_s("--latency", "0")[0] == plain
+    report = tmp_path / "with-latency"
+    assert main(["report", tiny, "--bandwidth", "1gbit", "--workers", "1", "--steps", "300", "--jobs", "1",
+                 "--no-progress", "--latency", "1ms", "--out", str(report)]) == 0
+    capsys.readouterr()
+    document = json.loads((report / "report.json").read_text())
+    assert document["cluster"]["latency_s"] == {"downlink": 0.001, "uplink": 0.001}
+    assert document["inputs"]["latency"] == "1ms" and "--latency 1ms" in document["inputs"]["command"]
+    reference = [r for r in document["prediction"]["rows"] if r["policy"] == document["headline"]["reference_policy"]]
+    assert reference[0]["step_time_s"] == both  # the report's prediction is predict's, latency and all
+
+    catalogue = tmp_path / "types.toml"
+    catalogue.write_text('[[type]]\nname = "a"\nprice = 1\nlink = "1gbit"\n')
+    cluster = os.path.join(DATA, "clusters", "lab-1gbit.json")
+    commands = {"predict": base, "compare": ["compare", tiny, "--bandwidth", "1gbit", "--workers", "1"],
+                "report": ["report", tiny, "--bandwidth", "1gbit", "--workers", "1", "--out", str(tmp_path / "r")],
+                "plan": ["plan", tiny, "--cluster", cluster, "--catalogue", str(catalogue), "--workers", "1"]}
+    for command, argv in commands.items():
+        for bad, problem in (("-1ms", "must be finite and non-negative, not '-1ms'"),
+                             ("nan", "must be finite and non-negative, not 'nan'"),
+                             ("5", "'5' needs a unit"), ("up=1ms,up=2ms", "each direction once"),
+                             ("20s", "a latency must be between 0 and 10 s")):
+            assert main([*argv, f"--latency={bad}"]) == 2, (command, bad)
+            lines = capsys.readouterr().err.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("tfsim: error: --latency: ") and problem in lines[0], \
+                (command, lines)
+    assert not (tmp_path / "r").exists()

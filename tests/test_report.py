@@ -383,3 +383,58 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert not (tmp_path / "demo.partial").exists()
     rows = list(csv.DictReader(io.StringIO((out / "prediction.csv").read_text())))
     assert {r["policy"] for r in rows} >= {"http2", "fifo", "tic", "tac", "random#0"}
+
+
+def test_straggler_section_puts_async_beside_sync_with_predicts_numbers(data_dir, tmp_path, capsys):
+    """--worker-speed adds async and sync with and without the straggler; each number is tfsim predict's."""
+    common = ["--cluster", data_dir / "clusters" / "lab-1gbit.json", "--workers", "2,4", "--steps", "120",
+              "--warmup", "10", "--seed", "3", "--jobs", "1", "--no-progress"]
+    out = tmp_path / "r"
+    code, _, err = run(["report", data_dir / "profiles" / "tiny.npz", *common, "--worker-speed", "0.5",
+                        "--out", out], capsys)
+    assert code == 0, err
+    document = json.loads((out / "report.json").read_text())
+    section = document["stragglers"]
+    assert section["worker_speed"] == "0.5" and section["speeds_at_largest_w"] == [0.5, 1.0, 1.0, 1.0]
+    rows = {(r["mode"], r["workers"]): r for r in section["rows"]}
+    assert sorted(rows) == [("async", 2), ("async", 4), ("sync", 2), ("sync", 4)]
+    for w in (2, 4):
+        slow_async, slow_sync = rows[("async", w)], rows[("sync", w)]
+        # sync waits for the half-speed worker at every barrier; async loses only that worker's share
+        assert slow_sync["throughput_stragglers_eps"] < slow_async["throughput_stragglers_eps"]
+        assert 0 < slow_async["loss"] < slow_sync["loss"]
+        for r in (slow_async, slow_sync):
+            assert r["loss"] == pytest.approx(1 - r["throughput_stragglers_eps"] / r["throughput_even_eps"])
+            assert r["slowest_speed"] == 0.5
+    reference = document["headline"]["reference_policy"]
+    for mode in ("async", "sync"):
+        for speed, column in ((None, "throughput_even_eps"), ("0.5", "throughput_stragglers_eps")):
+            path = tmp_path / f"{mode}-{column}.json"
+            code, _, err = run(["predict", data_dir / "profiles" / "tiny.npz", *common, "--mode", mode, "--transfer",
+                                reference, "--json", path, *(["--worker-speed", speed] if speed else [])], capsys)
+            assert code == 0, err
+            predicted = {r["workers"]: r["throughput_eps"] for r in json.loads(path.read_text())["rows"]}
+            assert predicted == {w: rows[(mode, w)][column] for w in (2, 4)}
+    page = (out / "report.html").read_text()
+    assert "Stragglers: async against sync SGD" in page and 'alt="stragglers"' in page
+    assert f"{rows[('sync', 4)]['throughput_stragglers_eps']:,.1f}" in page
+    assert any("async SGD loses" in s and "sync SGD" in s for s in document["recommendation"])
+    assert document["headline"]["stragglers"]["loss_sync"] == pytest.approx(rows[("sync", 4)]["loss"], rel=1e-9)
+    assert "--worker-speed 0.5" in document["inputs"]["command"]
+    code, _, err = run(["report", data_dir / "profiles" / "tiny.npz", *common, "--worker-speed", "1,0",
+                        "--out", tmp_path / "bad"], capsys)
+    assert code == 2 and err.strip().splitlines()[-1].startswith("tfsim: error: --worker-speed: speed factors")
+    assert not (tmp_path / "bad").exists()
+
+
+def test_straggler_advice_says_loss_or_gain():
+    from tfsim.report.advice import GAIN_NOTE, straggler_advice
+
+    numbers = {"stragglers": {"worker_speed": "0.5", "workers": 8, "throughput_async_eps": 3393.4,
+                              "throughput_sync_eps": 1976.3, "loss_async": -0.021, "loss_sync": 0.15}}
+    text = straggler_advice(numbers)
+    assert text == ("With the stragglers (0.5) at W = 8, async SGD gains 2.1% and sync SGD loses 15.0% of its "
+                    f"throughput: async SGD is faster (3,393.4 examples/s). {GAIN_NOTE}")
+    assert straggler_advice({}) is None
+    losing = straggler_advice({"stragglers": {**numbers["stragglers"], "loss_async": 0.02}})
+    assert "async SGD loses 2.0% of its throughput" in losing and GAIN_NOTE not in losing

@@ -42,3 +42,32 @@ def format_rate(bytes_per_s: float) -> str:
         if bits >= scale:
             return f"{bits / scale:.3g} {unit}"
     return f"{bits:.3g} bit/s"
+
+
+_DURATION = re.compile(r"^\s*([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|nan|inf|infinity))\s*([a-zA-Zµ]*)\s*$",
+                       re.IGNORECASE)
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_duration(text: str, parameter: str) -> float:
+    """``"5ms"``, ``"250us"``, ``"0.01s"`` or ``"0"`` -> seconds (a finite, non-negative
+    number); a UsageError naming ``parameter`` otherwise.
+
+    Examples
+    --------
+    >>> parse_duration("5ms", "latency_s")
+    0.005
+    >>> parse_duration("0", "latency_s")
+    0.0
+    """
+    match = _DURATION.match(str(text))
+    if not match:
+        raise UsageError(parameter, f"{text!r} is not a time like 5ms, 250us or 0.01s")
+    value, unit = float(match.group(1)), match.group(2).lower()
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(parameter, f"must be finite and non-negative, not {text.strip()!r}")
+    if not unit and value != 0:
+        raise UsageError(parameter, f"{text!r} needs a unit: s, ms, us or ns")
+    if unit and unit not in _TIME_UNITS:
+        raise UsageError(parameter, f"unknown unit {match.group(2)!r} in {text!r}; use s, ms, us or ns")
+    return value * _TIME_UNITS.get(unit, 1.0) + 0.0  # + 0.0: -0 is 0

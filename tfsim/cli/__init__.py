@@ -67,6 +67,7 @@ PARAMETER_OPTIONS = {
     "queue_bytes": "--queue",
     "congestion_control": "--cc",
     "delay_ms": "--latency",
+    "latency_s": "--latency",
     "output": "-o",
 }
 

@@ -14,6 +14,7 @@ from tfsim.cli.options import (
     add_seed_option,
     positive_int,
     task_hosts,
+    with_latency,
 )
 
 
@@ -57,7 +58,8 @@ def run(args) -> int:
         console.text_to_stderr = outputs.to_stdout
 
         profile = load_profile(args.profile)
-        cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+        cluster = with_latency(resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth")
+                                               if args.bandwidth else None), args.latency)
         workers = parse_workers(args.workers)
         measured = read_measured(args.measured, args.setting) if args.measured else None
         if measured is not None:

@@ -68,6 +68,7 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bandwidth", metavar="RATE",
                    help="link bandwidth; without --cluster: no parsing overhead, unlimited window (a warning says "
                         "so); with --cluster: a what-if at this bandwidth")
+    add_latency_option(p)
     p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
     hosts = p.add_mutually_exclusive_group()
     hosts.add_argument("--cores", type=float, help="all tasks share one host with this many cores (co-location)")
@@ -76,6 +77,21 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
                         "workers (with --worker-cores, or alone: workers unlimited); not with --cores")
     p.add_argument("--worker-cores", type=float, metavar="N",
                    help="every task on a host of its own: each worker host has N cores (see --ps-cores)")
+
+
+def add_latency_option(p: argparse.ArgumentParser) -> None:
+    """--latency: a what-if one-way link latency, both directions or each."""
+    p.add_argument("--latency", metavar="TIME|down=TIME,up=TIME",
+                   help="what-if: every transfer's bytes and every RPC message reach the other end this much later "
+                        "(5ms, 250us; one-way, added to the calibration's), the link free meanwhile; a grpc window "
+                        "update waits for both ways (default: 0)")
+
+
+def with_latency(cluster, text: str | None):
+    """``cluster`` with --latency's what-if latency (unchanged without one)."""
+    from simulate.cluster import parse_latency
+
+    return cluster if not text else cluster.with_latency(*parse_latency(text))
 
 
 def task_hosts(args: argparse.Namespace):

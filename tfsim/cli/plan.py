@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tfsim.cli.options import add_mode_option, add_seed_option, jobs_count, positive_int
+from tfsim.cli.options import (
+    add_latency_option,
+    add_mode_option,
+    add_seed_option,
+    jobs_count,
+    positive_int,
+    with_latency,
+)
 
 EPILOG = """\
 catalogue (TOML), one [[type]] table per instance type:
@@ -35,6 +42,7 @@ def register(sub) -> None:
                    help="the calibrated cluster (its windows and overheads are kept; each type sets the link rate)")
     p.add_argument("--catalogue", type=Path, required=True, metavar="TYPES.toml", help="the instance types")
     p.add_argument("--workers", default="1-16", help="worker counts (default: 1-16)")
+    add_latency_option(p)
     p.add_argument("--examples", type=float, metavar="N", help="an epoch's examples (hours per epoch)")
     goal = p.add_mutually_exclusive_group()
     goal.add_argument("--target", type=float, metavar="EPS", help="the throughput to reach, examples/s")
@@ -65,7 +73,7 @@ def run(args) -> int:
         json_out = outputs.file(args.json, "--json") if args.json else None
         console.text_to_stderr = outputs.to_stdout
         profile = load_profile(args.profile)
-        cluster = load_cluster(args.cluster)
+        cluster = with_latency(load_cluster(args.cluster), args.latency)
         types = read_catalogue(args.catalogue)
         console.release()
         frame = plan_catalogue(profile, cluster, types, workers=args.workers, examples=args.examples,

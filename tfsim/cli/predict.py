@@ -14,6 +14,7 @@ from tfsim.cli.options import (
     add_steps_options,
     positive_int,
     task_hosts,
+    with_latency,
 )
 
 
@@ -78,26 +79,18 @@ def register(sub) -> None:
                            "or every worker at a speed drawn from a lognormal of median 1 (seeded by --seed); async "
                            "workers wait for no one, a sync barrier waits for the slowest")
     add_output_options(p)
+    p.add_argument("--executor", metavar="local|dask://HOST:PORT",
+                   help="where the configurations run: local (default: --jobs processes here) or the scheduler of "
+                        "a running Dask cluster, whose workers have tfsim installed (pip install 'tfsim[dask]'); "
+                        "the numbers are the same either way")
     p.set_defaults(handler=run)
 
 
 def worker_speeds(text: str | None, seed: int):
     """--worker-speed as the library's WorkerSpeeds, or None."""
     from simulate.config import WorkerSpeeds
-    from tfbase.errors import UsageError
 
-    if not text:
-        return None
-    if text.startswith("lognormal:"):
-        try:
-            return WorkerSpeeds(sigma=float(text.partition(":")[2]), seed=seed)
-        except ValueError:
-            raise UsageError("worker_speed", f"{text!r}: lognormal:SIGMA needs a number") from None
-    try:
-        return WorkerSpeeds(factors=tuple(float(x) for x in text.split(",") if x.strip()))
-    except ValueError:
-        raise UsageError("worker_speed", f"{text!r} is not a list of speed factors (1,1,0.5) or lognormal:SIGMA") \
-            from None
+    return WorkerSpeeds.parse(text, seed) if text else None
 
 
 def _names(text: str) -> list[str]:
@@ -107,6 +100,7 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
+    from simulate.executors import parse_executor
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -142,7 +136,8 @@ def run(args) -> int:
             raise UsageError("--target" if args.target is not None else "--deadline", "needs --price")
         if args.deadline is not None and args.examples is None:
             raise UsageError("--deadline", "needs --examples (an epoch's size)")
-        cluster = resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth") if args.bandwidth else None)
+        cluster = with_latency(resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth")
+                                               if args.bandwidth else None), args.latency)
         if args.transfer is None:
             args.transfer = cluster.default_transfer
         transfers = expand_random(_names(args.transfer))
@@ -154,6 +149,7 @@ def run(args) -> int:
         priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
                                               bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
         flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
+        executor = parse_executor(args.executor)
         sweep = plan_sweep(
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
@@ -169,7 +165,7 @@ def run(args) -> int:
                             steps_parameter="trace_steps")
         console.release()  # every input is checked: from here on, warnings and progress as they come
 
-        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, executor=executor)
         model = profile.meta.get("model") or Path(args.profile).stem
         out = console.out
         print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "

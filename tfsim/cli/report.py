@@ -50,6 +50,11 @@ def register(sub) -> None:
                         "cluster with PS 0's capture copied in): adds a section with its measured timeline beside "
                         "tfsim's simulation of the same W (a figure of a few steps, where the two differ) and "
                         "writes both as DIR/timeline.trace.json for Perfetto")
+    p.add_argument("--worker-speed", metavar="F,F,...|lognormal:SIGMA",
+                   help="stragglers: adds a section that predicts async and sync SGD side by side, with every "
+                        "worker at the profiled speed and with these speeds (worker 0, 1, ... at F, the others at 1; "
+                        "or a lognormal of median 1 seeded by --seed), and what the stragglers cost in each; the "
+                        "rest of the report is for workers at the profiled speed")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     add_jobs_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
@@ -67,6 +72,7 @@ def run(args) -> int:
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
         steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
         ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
+        worker_speed=args.worker_speed, latency=args.latency,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, timeline_run=args.timeline_run, jobs=args.jobs or default_jobs(),
         progress=not args.no_progress)

@@ -61,7 +61,19 @@ def headline(report) -> dict:
     errors = mean_abs_errors(report.comparison)
     if errors:
         out["mean_abs_error"] = errors
+    if report.stragglers is not None:
+        out["stragglers"] = straggler_numbers(report.stragglers, report.straggler_plan.text)
     return out
+
+
+def straggler_numbers(table, speeds: str) -> dict:
+    """At the largest W of the straggler section: each mode's throughput with the stragglers and
+    the fraction of the even cluster's it loses."""
+    largest = int(table["workers"].max())
+    at = table[table["workers"] == largest].set_index("mode")
+    return {"worker_speed": speeds, "workers": largest,
+            **{f"throughput_{mode}_eps": float(at.at[mode, "throughput_stragglers_eps"]) for mode in at.index},
+            **{f"loss_{mode}": float(at.at[mode, "loss"]) for mode in at.index}}
 
 
 def mean_abs_errors(comparison) -> dict:
@@ -154,8 +166,33 @@ def recommendation(report, numbers: dict) -> list[str]:
         others = sorted(((e, m) for m, e in errors.items() if m != "tfsim"))
         best_other = f"; the best coarse baseline, {others[0][1]}, is off by {_pct(others[0][0])}" if others else ""
         sentences.append(f"Against the measurements tfsim is off by {_pct(errors['tfsim'])} on average{best_other}.")
+    straggler = straggler_advice(numbers)
+    if straggler is not None:
+        sentences.append(straggler)
     sentences.extend(_calibration_caveats(report.cluster, numbers["reference_policy"]))
     return sentences
+
+
+def straggler_advice(numbers: dict) -> str | None:
+    """What the stragglers cost at the largest W in async and in sync SGD, and which is faster
+    with them; None when the report has no straggler section."""
+    straggle = numbers.get("stragglers")
+    if straggle is None:
+        return None
+    faster = max(("async", "sync"), key=lambda mode: straggle[f"throughput_{mode}_eps"])
+    losses = (straggle["loss_async"], straggle["loss_sync"])
+    return (f"With the stragglers ({straggle['worker_speed']}) at W = {straggle['workers']}, async SGD "
+            f"{loss_words(losses[0])} and sync SGD {loss_words(losses[1])}: "
+            f"{faster} SGD is faster ({straggle[f'throughput_{faster}_eps']:,.1f} examples/s)."
+            + (f" {GAIN_NOTE}" if min(losses) < 0 else ""))
+
+
+GAIN_NOTE = "A gain is possible where the links are contended: a slower worker leaves the others more of them."
+
+
+def loss_words(loss: float) -> str:
+    """What the stragglers cost a mode, in words: ``loses X%``, or ``gains X%`` when it is negative."""
+    return f"gains {_pct1(-loss)}" if loss < 0 else f"loses {_pct1(loss)} of its throughput"
 
 
 def _calibration_caveats(cluster: dict, model: str) -> list[str]:

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+from simulate.cluster import parse_latency
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baseline_parameters, baselines
 from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
@@ -32,6 +33,7 @@ from tfsim.comparison import check_measured_in_sweep, comparison_table, read_mea
 from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
+from tfsim.report.stragglers import StragglerPlan, plan_stragglers, run_stragglers
 from tfsim.report.timeline import build_timeline, check_timeline_run
 
 REPORT_ORDERS = (ORDER_REFERENCE, "http2", "fifo", "tic", "tac", "random")
@@ -62,6 +64,8 @@ class ReportRequest:
     timeline_run: Path | None = None
     jobs: int = 1
     progress: bool = True
+    worker_speed: str | None = None  # stragglers: adds a section of async and sync with and without them
+    latency: str | None = None  # a what-if one-way link latency (simulate.cluster.parse_latency)
 
     @property
     def hosts(self):
@@ -77,6 +81,8 @@ class ReportRequest:
             parts += ["--cluster", str(self.cluster_path)]
         if self.bandwidth:
             parts += ["--bandwidth", self.bandwidth]
+        if self.latency:
+            parts += ["--latency", self.latency]
         parts += ["--workers", self.workers, "--steps", str(self.steps), "--warmup", str(self.warmup),
                   "--seed", str(self.seed)]
         if self.mode != "async":
@@ -99,6 +105,8 @@ class ReportRequest:
             parts += ["--gantt-workers", str(self.gantt_workers)]
         if self.timeline_run is not None:
             parts += ["--timeline-run", str(self.timeline_run)]
+        if self.worker_speed:
+            parts += ["--worker-speed", self.worker_speed]
         return " ".join(parts)
 
 
@@ -124,6 +132,8 @@ class Report:
     cost: object | None = None  # the reference rows with their cost (simulate.planning.add_costs), with --price
     ordering_reference: str = ORDER_REFERENCE  # what the orders' gains are measured against
     timeline: object | None = None  # a captured run beside its simulation (tfsim.report.timeline), with --timeline-run
+    stragglers: object | None = None  # async and sync with and without stragglers (stragglers.run_stragglers)
+    straggler_plan: object | None = None  # what they were asked as (stragglers.StragglerPlan)
 
     @property
     def reference(self):
@@ -167,6 +177,7 @@ class ReportPlan:
     priorities: dict
     sweep: object  # simulate.sweep.Sweep
     gantt_limit: int  # the most workers a Gantt trace of this profile may hold
+    stragglers: StragglerPlan | None = None  # the straggler section's sweeps, when asked for
 
 
 def plan_report(request: ReportRequest) -> ReportPlan:
@@ -178,6 +189,8 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     profile = load_profile(request.profile_path)
     cluster = resolve_cluster(request.cluster_path,
                               parse_rate(request.bandwidth, "bandwidth") if request.bandwidth else None)
+    if request.latency:
+        cluster = cluster.with_latency(*parse_latency(request.latency))
     if request.plots_dir is not None and not request.plots_dir.is_dir():
         raise InputError(request.plots_dir, "no such directory (give the DIR of tfsim calibrate --plots DIR)")
     workers = parse_workers(request.workers)
@@ -206,8 +219,14 @@ def plan_report(request: ReportRequest) -> ReportPlan:
         Prices.parse(request.price)  # checked before anything is simulated
     if request.examples is not None and not request.price:
         raise UsageError("examples", "an epoch's cost needs prices (price)")
+    stragglers = None
+    if request.worker_speed:
+        stragglers = plan_stragglers(profile, cluster, text=request.worker_speed, workers=workers,
+                                     transfer=reference, steps=request.steps, warmup=request.warmup,
+                                     seed=request.seed, cores=request.cores, colocation=request.hosts)
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
-    return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit)
+    return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit,
+                      stragglers)
 
 
 def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None,
@@ -229,6 +248,10 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     orderings = ordering_summary(frame)  # the page, orderings.csv and prediction.json state these gains
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
                                    extra=ordering_fields(orderings))
+    stragglers = None
+    if plan.stragglers is not None:
+        say(f"      and async and sync SGD with and without the stragglers ({request.worker_speed})")
+        stragglers = run_stragglers(plan.stragglers, jobs=request.jobs, progress=request.progress)
 
     say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
                                                if measured is not None else ""))
@@ -265,4 +288,4 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                   comparison=comparison, measured=measured, orderings=orderings,
                   gantt_one=gantts[0], gantt_many=gantts[1],
                   calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost,
-                  timeline=timeline)
+                  timeline=timeline, stragglers=stragglers, straggler_plan=plan.stragglers)

@@ -40,6 +40,7 @@ def cluster_facts(cluster, cluster_path: Path | None, bandwidth_text: str | None
         "bandwidth_Bps": {"downlink": cluster.downlink_Bps, "uplink": cluster.uplink_Bps},
         "win_bytes": _finite(cluster.win_bytes),
         "overhead_placement": cluster.overhead_placement.value,
+        "latency_s": {"downlink": cluster.latency_downlink_s, "uplink": cluster.latency_uplink_s},
         "overhead": {d: {"alpha_s_per_byte": o.alpha_s_per_byte, "beta_s": o.beta_s}
                      for d, o in (("downlink", cluster.overhead_downlink), ("uplink", cluster.overhead_uplink))},
     }

@@ -15,6 +15,7 @@ from tfbase.figures import figure_bytes
 from tfbase.units import format_rate
 from tfsim.plots import throughput_figure
 from tfsim.report.gantt import gantt_figure
+from tfsim.report.stragglers import straggler_figure
 from tfsim.report.timeline import timeline_figure
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -108,6 +109,13 @@ def report_figures(report) -> dict[str, Figure]:
                                                              f"({report.reference_policy})")),
             "Each W's predicted throughput against what its cluster costs per hour; the line joins the "
             "configurations that no other beats on both.")
+    if report.stragglers is not None:
+        figures["stragglers"] = Figure(
+            "stragglers", _render(straggler_figure(report.stragglers, title=f"{report.model}: async and sync SGD "
+                                                                              f"with stragglers "
+                                                                              f"({report.reference_policy})")),
+            "Predicted throughput against W in async and sync SGD, every worker at the profiled speed (solid) and "
+            f"with the speeds {report.straggler_plan.text} (dashed).")
     return figures
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tfbase.fileio import OutputDirectory, Outputs, atomic_output, write_json, write_text
 from tfsim import __version__
+from tfsim.report.stragglers import straggler_document
 from tfsim.report.timeline import TIMELINE_TRACE
 
 REPORT_FORMAT = "tfsim.report/1"
@@ -38,6 +39,7 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
                    "price": request.price, "examples": request.examples,
                    "timeline_run": None if request.timeline_run is None else str(request.timeline_run),
+                   "worker_speed": request.worker_speed, "latency": request.latency,
                    "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
@@ -51,6 +53,8 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
         "calibration_plots": [str(path) for _, path in report.calibration_plots],
         "cost": None if report.cost is None else _records(report.cost),
         "timeline": None if report.timeline is None else report.timeline.document(),
+        "stragglers": None if report.stragglers is None
+        else straggler_document(report.straggler_plan, report.stragglers),
     }
 
 

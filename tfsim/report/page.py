@@ -8,7 +8,7 @@ import math
 
 from tfbase.units import format_rate
 from tfsim import __version__
-from tfsim.report.advice import order_advice
+from tfsim.report.advice import GAIN_NOTE, loss_words, order_advice
 
 STYLE = """
 :root { --ink: #1a202c; --muted: #4a5568; --line: #e2e8f0; --accent: #2b6cb0; --good: #276749; --bad: #9b2c2c; }
@@ -124,6 +124,11 @@ def _cluster_section(cluster: dict, figures: dict) -> str:
     else:
         source = ("<b>Not calibrated</b>: bandwidth only, with no parsing overhead and an unlimited HTTP/2 window. "
                   "Run <code>tfsim calibrate</code> on a captured run for numbers to act on")
+    latency = cluster.get("latency_s") or {}
+    if any(latency.values()):
+        source += (f"; with a what-if one-way latency of <b>{num(latency['downlink'], ',.3g', 1e3)} ms</b> PS → "
+                   f"worker and <b>{num(latency['uplink'], ',.3g', 1e3)} ms</b> worker → PS added to every "
+                   "transfer and message")
     parts.append(f"<p>{source}. Parsing overhead runs <b>{esc(cluster['overhead_placement'])}</b> "
                  f"(where received tensors are deserialised).</p>")
     spread = cluster.get("bandwidth_spread_Bps") or {}
@@ -300,6 +305,40 @@ def _cost_section(report, figures: dict) -> str:
     ])
 
 
+def _straggler_section(report, figures: dict) -> str:
+    speeds = report.stragglers
+    if speeds is None:
+        return ""
+    pivot = {(r["mode"], int(r["workers"])): r for _, r in speeds.iterrows()}
+    modes = list(dict.fromkeys(speeds["mode"]))
+    rows = []
+    for w in sorted(set(speeds["workers"])):
+        cells = [esc(int(w)), num(pivot[(modes[0], w)]["slowest_speed"], ".3g")]
+        for mode in modes:
+            r = pivot[(mode, w)]
+            cells += [num(r["throughput_even_eps"], ",.1f"), num(r["throughput_stragglers_eps"], ",.1f"),
+                      pct(r["loss"], 1)]
+        rows.append(cells)
+    headers = ["W", "slowest worker's speed"]
+    for mode in modes:
+        headers += [f"{esc(mode)}: even", f"{esc(mode)}: with stragglers", f"{esc(mode)}: cost of the stragglers"]
+    largest = int(speeds["workers"].max())
+    losses = {mode: pivot[(mode, largest)]["loss"] for mode in modes}
+    summary = "; ".join(f"{esc(mode)} SGD {esc(loss_words(loss))}" for mode, loss in losses.items())
+    return "\n".join([
+        "<h2>Stragglers: async against sync SGD</h2>",
+        f'<p class="note">Worker speeds {esc(report.straggler_plan.text)} (relative to the profiled host; a '
+        "straggler at 0.5 computes and parses at half speed, its links and its parameter server are unchanged). "
+        "In async SGD a straggler costs its own share: the others do not wait for it. In sync SGD every step "
+        "waits at the barrier for the slowest worker. Throughput in examples/s with the "
+        f"{esc(report.reference_policy)} transfer model; the cost is the fraction of the even cluster's "
+        f"throughput lost. At W = {largest}: {summary}."
+        + (f" {esc(GAIN_NOTE)}" if min(losses.values()) < 0 else "") + "</p>",
+        table(headers, rows, numeric=set(range(len(headers)))),
+        figure(figures["stragglers"], alt="stragglers"),
+    ])
+
+
 def _gantt_section(report, figures: dict) -> str:
     parts = ["<h2>5. Simulated steps</h2>",
              '<p class="note">The engine\'s own events: what each worker\'s links, computation and its parameter '
@@ -353,6 +392,7 @@ def render_page(report, figures: dict, numbers: dict, advice: list[str]) -> str:
         _throughput_section(report, figures, numbers),
         _orderings_section(report, figures, numbers),
         _cost_section(report, figures),
+        _straggler_section(report, figures),
         _gantt_section(report, figures),
         timeline_section(report, figures),
         _reproduce_section(report),
