@@ -438,3 +438,20 @@ def test_straggler_advice_says_loss_or_gain():
     assert straggler_advice({}) is None
     losing = straggler_advice({"stragglers": {**numbers["stragglers"], "loss_async": 0.02}})
     assert "async SGD loses 2.0% of its throughput" in losing and GAIN_NOTE not in losing
+
+
+def test_replicated_report_is_replicated_predict(data_dir, tmp_path, capsys):
+    """--replicas on report: its prediction is tfsim predict --replicas's, to the byte."""
+    profile, cluster = data_dir / "profiles" / "tiny.npz", data_dir / "clusters" / "lab-1gbit.json"
+    common = ["--cluster", cluster, "--workers", "1-2", "--steps", "60", "--warmup", "5", "--seed", "3",
+              "--replicas", "2", "--jobs", "1", "--no-progress"]
+    code, _, err = run(["report", profile, *common, "--out", tmp_path / "r"], capsys)
+    assert code == 0, err
+    document = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert document["inputs"]["replicas"] == 2 and "--replicas 2" in document["inputs"]["command"]
+    transfers = f"{document['headline']['reference_policy']},recorded,http2,fifo,tic,tac,random"
+    code, _, err = run(["predict", profile, *common, "--transfer", transfers, "--json", tmp_path / "p.json"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "p.json").read_bytes() == (tmp_path / "r" / "prediction.json").read_bytes()
+    rows = json.loads((tmp_path / "p.json").read_text())["rows"]
+    assert {row["replicas"] for row in rows} == {2}

@@ -9,6 +9,7 @@ from tfsim.cli.options import (
     add_jobs_option,
     add_measured_options,
     add_mode_option,
+    add_replicas_option,
     add_seed_option,
     add_steps_options,
     positive_int,
@@ -39,6 +40,7 @@ def register(sub) -> None:
                    help="the calibration plots (tfsim calibrate --plots DIR; default: <cluster name>-plots/)")
     add_steps_options(p, steps=1000)
     add_seed_option(p)
+    add_replicas_option(p)
     p.add_argument("--gantt-workers", type=positive_int, metavar="W",
                    help="workers in the second Gantt picture (default: the saturation point)")
     p.add_argument("--price", metavar="worker=P,ps=P",
@@ -70,7 +72,7 @@ def run(args) -> int:
 
     request = ReportRequest(
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
-        steps=args.steps, warmup=args.warmup, seed=args.seed, mode=args.mode, cores=args.cores,
+        steps=args.steps, warmup=args.warmup, seed=args.seed, replicas=args.replicas, mode=args.mode, cores=args.cores,
         ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
         worker_speed=args.worker_speed, latency=args.latency,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,

@@ -51,6 +51,7 @@ class ReportRequest:
     steps: int = 1000
     warmup: int = 50
     seed: int = 0
+    replicas: int = 1  # each configuration simulated with this many seeds (docs/model.md §5.2)
     mode: str = "async"
     cores: float | None = None
     ps_cores: float | None = None
@@ -85,6 +86,8 @@ class ReportRequest:
             parts += ["--latency", self.latency]
         parts += ["--workers", self.workers, "--steps", str(self.steps), "--warmup", str(self.warmup),
                   "--seed", str(self.seed)]
+        if self.replicas != 1:
+            parts += ["--replicas", str(self.replicas)]
         if self.mode != "async":
             parts += ["--mode", self.mode]
         if self.cores is not None:
@@ -202,7 +205,7 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     priorities = ordering_priorities(profile, transfers, bandwidth_Bps=cluster.downlink_Bps, seed=request.seed)
     sweep = plan_sweep(profile, cluster, workers=workers, mode=request.mode, transfer=transfers,
                        priorities=priorities, steps=request.steps, warmup=request.warmup, seed=request.seed,
-                       cores=request.cores, colocation=request.hosts)
+                       cores=request.cores, colocation=request.hosts, replicas=request.replicas)
     for w in {1, 2, request.gantt_workers or 1}:  # the pictures that must fit; a larger default is capped later
         plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
                         cores=request.cores, colocation=request.hosts, steps=GANTT_STEPS, seed=request.seed,

@@ -35,7 +35,8 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "cluster": None if request.cluster_path is None else str(request.cluster_path),
                    "bandwidth": request.bandwidth, "measured": None if request.measured_path is None
                    else str(request.measured_path), "setting": request.setting, "workers": request.workers,
-                   "steps": request.steps, "warmup": request.warmup, "seed": request.seed, "mode": request.mode,
+                   "steps": request.steps, "warmup": request.warmup, "seed": request.seed,
+                   "replicas": request.replicas, "mode": request.mode,
                    "cores": request.cores, "ps_cores": request.ps_cores, "worker_cores": request.worker_cores,
                    "price": request.price, "examples": request.examples,
                    "timeline_run": None if request.timeline_run is None else str(request.timeline_run),
