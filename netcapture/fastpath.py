@@ -71,17 +71,14 @@ class _Flow:
 class _Feeder:
     """Hands a :class:`BatchReader`'s batches to a decoder (see the module docstring)."""
 
-    def __init__(self, decoder, path: Path, loop, batches: BatchReader):
+    def __init__(self, decoder, path: Path, loop, batches: BatchReader, *, may_skip: bool):
         self.decoder = decoder
         self.path = path
         self.loop = loop
         self.batches = batches
         self.flows: list[_Flow] = []
         self.pairs: dict[frozenset, _Pair] = {}
-        from netcapture.scapy_backend import OWN_FRAMES_FROM  # here: scapy_backend imports this module
-
-        # Deliveries may be skipped only when frames_from is the decoder's own.
-        self.may_skip = type(decoder).frames_from is OWN_FRAMES_FROM
+        self.may_skip = may_skip
 
     def _new_flow(self, batch: PacketBatch, index: int) -> _Flow:
         src_ip, src_port, dst_ip, dst_port = self.batches.flow_of(batch, index)
@@ -173,14 +170,16 @@ class _Feeder:
         loop.last_number, loop.last_time = first + batch.count - 1, int(batch.time_ns[batch.count - 1])
 
 
-def read_packets(decoder, path: str | os.PathLike, loop) -> PcapReader:
+def read_packets(decoder, path: str | os.PathLike, loop, *, may_skip: bool) -> PcapReader:
     """Read ``path``'s packets into ``decoder`` (``loop``: the reference path's per-packet state,
     :class:`netcapture.scapy_backend._PacketLoop`, whose counters this keeps and which takes any
-    packet the fast reader leaves to the reference reader). Raises :class:`Unavailable` when the
-    file is not one the fast path reads (then nothing was decoded), or a gzip file turned out
-    damaged (then the decoder must be thrown away)."""
+    packet the fast reader leaves to the reference reader). ``may_skip``: whether deliveries
+    nobody reads may be skipped (only while the decoder's own ``frames_from`` is in place; the
+    caller knows). Raises :class:`Unavailable` when the file is not one the fast path reads
+    (then nothing was decoded), or a gzip file turned out damaged (then the decoder must be
+    thrown away)."""
     path = Path(path)
     batches = BatchReader(path, loop.reader)
-    feeder = _Feeder(decoder, path, loop, batches)
+    feeder = _Feeder(decoder, path, loop, batches, may_skip=may_skip)
     batches.run(feeder.batch, loop.packet)
     return loop.reader

@@ -497,7 +497,9 @@ class _PacketLoop:
         if fast:
             from netcapture import fastpath  # imports numpy; numba only when a kernel first runs
 
-            fastpath.read_packets(self.decoder, self.path, self)
+            # Deliveries may be skipped only when frames_from is the decoder's own.
+            fastpath.read_packets(self.decoder, self.path, self,
+                                  may_skip=type(self.decoder).frames_from is OWN_FRAMES_FROM)
             return
         for packet in self.reader:
             self.packet(packet)

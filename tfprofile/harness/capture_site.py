@@ -23,7 +23,6 @@ import shutil
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tfbase.errors import ClusterError, UsageError
 from tfbase.fileio import write_json
@@ -36,10 +35,8 @@ from tfprofile.harness.capture import (
     require_tools,
 )
 from tfprofile.harness.launcher import INCOMPLETE_SUFFIX, CaptureSite, CollectConfig
+from tfprofile.harness.role_options import RoleOptions
 from tfprofile.harness.tfconfig import TaskId, split_address
-
-if TYPE_CHECKING:
-    from tfprofile.harness.role import RoleOptions
 
 PS_CAPTURE_FORMAT = "tfsim.ps-capture/1"
 CAPTURE_FILE = "capture.pcap.gz"

@@ -46,7 +46,7 @@ from tfprofile.harness.capture import (
     require_tools,
     stop_running_captures,
 )
-from tfprofile.harness.task import PROGRESS_PREFIX
+from tfprofile.harness.task_common import PROGRESS_PREFIX
 
 RUN_FORMAT = "tfsim.run/1"
 INCOMPLETE_SUFFIX = ".incomplete"

@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfprofile.harness.task import _csv_text, _emit, _load_model_fn
+from tfprofile.harness.task_common import emit_progress, load_model_fn, step_times_csv
 
 # The name of the step function: TensorFlow names it __inference_<name>_<n>, and the graph dump
 # filter (a substring) selects its graphs only.
@@ -175,7 +175,7 @@ def run_coordinator(spec: dict) -> int:
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
 
     options = ModelOptions(spec["batch_size"], spec["image_size"], spec["num_classes"], spec.get("zero_init", False))
-    model_fn = _load_model_fn(spec)
+    model_fn = load_model_fn(spec)
     batch_size = []
 
     def model():
@@ -230,12 +230,12 @@ def run_coordinator(spec: dict) -> int:
     for _ in range(warmup):
         coordinator.schedule(step, args=(indices,)).fetch()
         done += 1
-        _emit("step", step=done, total=total, wall_s=0.0, traced=0)
+        emit_progress("step", step=done, total=total, wall_s=0.0, traced=0)
     with open(out / "variables.json", "w", encoding="utf-8") as handle:
         json.dump({"format": "tfsim.variables/1",
                    "variables": _variables_table([(v, True) for v in trainable] + [(global_step, False)])},
                   handle, indent=2)
-    _emit("initialized")
+    emit_progress("initialized")
 
     ports = {label: port for label, port in spec["profiler_ports"].items() if not label.startswith("coordinator")}
     service = ",".join(f"grpc://127.0.0.1:{port}" for port in ports.values())
@@ -256,7 +256,7 @@ def run_coordinator(spec: dict) -> int:
         worker, began, ended = (float(x) for x in remote.fetch())
         results.append((int(worker), began, ended))
         done += 1
-        _emit("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+        emit_progress("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
     coordinator.join()
     tracer.join()
 
@@ -278,11 +278,11 @@ def run_coordinator(spec: dict) -> int:
         rows.append((worker, k, 1, inside, f"{began:.6f}", f"{ended - began:.6f}"))
     for w in range(len(spec["cluster"]["worker"])):
         mine = [r for r in rows if r[0] == w]
-        (out / f"step_times.worker{w}.csv").write_text(_csv_text(mine), encoding="utf-8")
+        (out / f"step_times.worker{w}.csv").write_text(step_times_csv(mine), encoding="utf-8")
     versions = {"tensorflow": tf.__version__, "python": sys.version.split()[0],
                 "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
                 "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
                 "traces": traced, "graphs": graphs}
     (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
-    _emit("finished", batch_size=int(batch_size[0]))
+    emit_progress("finished", batch_size=int(batch_size[0]))
     return 0

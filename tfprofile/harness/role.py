@@ -38,7 +38,6 @@ from pathlib import Path
 from tfbase.errors import ClusterError, CollectError, UsageError
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES, LoadMeter, LoadSample, reaped_children_s
 from tfprofile.harness.capture import (
-    IPERF_PORT,
     IperfServer,
     Tcpdump,
     gzip_file,
@@ -60,38 +59,15 @@ from tfprofile.harness.launcher import (
     _Task,
     _task_command,
 )
-from tfprofile.harness.task import DISAGREEMENT_STATUS, PROGRESS_PREFIX
-from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
+from tfprofile.harness.role_options import RoleOptions
+from tfprofile.harness.task import DISAGREEMENT_STATUS
+from tfprofile.harness.task_common import PROGRESS_PREFIX
+from tfprofile.harness.tfconfig import ClusterSpec, split_address
 
 AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes", "steps", "warmup_steps",
                   "trace_every", "placement", "learning_rate", "zero_init")
 
 
-@dataclasses.dataclass(frozen=True)
-class RoleOptions:
-    """Where this task sits in the job and what it does beside training."""
-
-    task: TaskId
-    cluster: ClusterSpec
-    cluster_source: str = "TF_CONFIG"
-    connect_timeout_s: float = 30.0
-    iperf: bool = False
-    iperf_server: bool = False
-    iperf_port: int = IPERF_PORT
-    capture_interface: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.connect_timeout_s > 0:
-            raise UsageError("connect_timeout_s", f"must be positive, not {self.connect_timeout_s}")
-        if not 0 < self.iperf_port < 65536:
-            raise UsageError("iperf_port", f"must be a TCP port, not {self.iperf_port}")
-        if self.iperf_server and self.task.role != "ps":
-            raise UsageError("iperf_server", f"runs on a PS task, not on {self.task.label}")
-        if self.capture_interface is not None and not (self.task.is_chief or self.task == TaskId("ps", 0)):
-            raise UsageError("capture_interface", f"the capture runs on the chief (worker 0) or, with capture_site "
-                                                  f"ps, on ps0; not on {self.task.label}")
-        if self.iperf and not self.task.is_chief:
-            raise UsageError("iperf", f"runs on the chief (worker 0), not on {self.task.label}")
 
 
 def agreement_options(config: CollectConfig) -> dict:

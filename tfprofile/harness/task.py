@@ -28,36 +28,20 @@ chief writes the run directory.
 from __future__ import annotations
 
 import contextlib
-import csv
 import gzip
-import importlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-PROGRESS_PREFIX = "TFSIM-PROGRESS "
+from tfprofile.harness.task_common import emit_progress, load_model_fn, step_times_csv
+
 DISAGREEMENT_STATUS = 2
 
 
 class Disagreement(Exception):
     """This task's model or run options differ from another task's."""
-
-
-def _load_model_fn(spec: dict):
-    """Return a callable ``options -> (loss, batch_size)`` for the zoo model or the user's function."""
-    from tfprofile.harness import zoo
-
-    if spec.get("model_fn"):
-        module_name, _, func_name = spec["model_fn"].partition(":")
-        module = importlib.import_module(module_name)
-        return getattr(module, func_name)
-    return lambda options: zoo.build_model(spec["model"], options)
-
-
-def _emit(kind: str, **fields) -> None:
-    print(PROGRESS_PREFIX + json.dumps({"kind": kind, **fields}), flush=True)
 
 
 def _session_config(tf1, spec: dict, device_filters: list[str]):
@@ -109,7 +93,7 @@ def _build_train_graph(tf, tf1, spec: dict, index: int, cluster):
         global_step = tf1.train.get_or_create_global_step()
         options = ModelOptions(spec["batch_size"], spec["image_size"], spec["num_classes"],
                                spec.get("zero_init", False))
-        loss, batch_size = _load_model_fn(spec)(options)
+        loss, batch_size = load_model_fn(spec)(options)
         optimizer = tf1.train.GradientDescentOptimizer(spec["learning_rate"])
         train_op = optimizer.minimize(loss, global_step=global_step)
     return loss, batch_size, train_op
@@ -146,11 +130,11 @@ def run_ps(spec: dict) -> int:
     with tf1.Session(server.target, config=config) as sess:
         if record is not None:
             sess.run(record.initializer)
-            _emit("serving")
+            emit_progress("serving")
         for _ in range(spec["workers"]):  # blocks until every worker is done, or one failed
             code, worker = (int(x) for x in sess.run(report))
             if code != 0:
-                _emit("error", status=code, message=f"ps{index}: worker{worker} stopped with status {code}, "
+                emit_progress("error", status=code, message=f"ps{index}: worker{worker} stopped with status {code}, "
                                                     f"so this PS stops too (see worker{worker}'s message)")
                 status = code
                 break
@@ -265,7 +249,7 @@ def run_worker(spec: dict) -> int:
                 try:
                     _check_agreement(tf, tf1, sess, spec, index, started + spec["startup_timeout_s"])
                 except Disagreement as exc:
-                    _emit("error", status=DISAGREEMENT_STATUS, message=f"worker{index}: {exc}")
+                    emit_progress("error", status=DISAGREEMENT_STATUS, message=f"worker{index}: {exc}")
                     _report_done(tf, sess, done_ops, status_ph, DISAGREEMENT_STATUS)
                     return DISAGREEMENT_STATUS
             if chief:
@@ -274,7 +258,7 @@ def run_worker(spec: dict) -> int:
                     json.dump({"format": "tfsim.variables/1",
                                "variables": _variables_table(tf1)},
                               handle, indent=2)
-                _emit("initialized")
+                emit_progress("initialized")
             else:
                 while len(sess.run(uninitialized)):
                     time.sleep(0.2)
@@ -308,12 +292,12 @@ def run_worker(spec: dict) -> int:
                             gzip.compress(chrome.encode(), mtime=0))
                     traced += 1
                 if chief or role_mode:
-                    _emit("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced)
+                    emit_progress("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced)
 
             if role_mode and not chief:
-                sess.run(step_queue.enqueue([index, _csv_text(step_rows)]))
+                sess.run(step_queue.enqueue([index, step_times_csv(step_rows)]))
             else:
-                (out / f"step_times.worker{index}.csv").write_text(_csv_text(step_rows), encoding="utf-8")
+                (out / f"step_times.worker{index}.csv").write_text(step_times_csv(step_rows), encoding="utf-8")
             if role_mode and chief and workers > 1:
                 _receive_step_times(tf1, sess, step_queue, workers - 1, out, spec["timeout_s"])
             if chief:
@@ -331,19 +315,8 @@ def run_worker(spec: dict) -> int:
                     _report_done(tf, sess, done_ops, status_ph, 1)
             raise
     if chief:
-        _emit("finished", batch_size=int(batch_size))
+        emit_progress("finished", batch_size=int(batch_size))
     return 0
-
-
-def _csv_text(rows: list[tuple]) -> str:
-    """A worker's step times as CSV text with its header."""
-    import io
-
-    buffer = io.StringIO(newline="")
-    writer = csv.writer(buffer)
-    writer.writerow(["worker", "step", "measured", "traced", "start_unix_s", "wall_s"])
-    writer.writerows(rows)
-    return buffer.getvalue()
 
 
 def _receive_step_times(tf1, sess, queue, count: int, out: Path, timeout_s: float) -> None:

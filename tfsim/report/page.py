@@ -3,12 +3,11 @@ no external asset, so it opens offline and can be mailed as one file."""
 
 from __future__ import annotations
 
-import html
-import math
-
 from tfbase.units import format_rate
 from tfsim import __version__
 from tfsim.report.advice import GAIN_NOTE, loss_words, order_advice
+from tfsim.report.html import esc, figure, num, pct, table
+from tfsim.report.timeline_page import timeline_section
 
 STYLE = """
 :root { --ink: #1a202c; --muted: #4a5568; --line: #e2e8f0; --accent: #2b6cb0; --good: #276749; --bad: #9b2c2c; }
@@ -46,44 +45,8 @@ footer { margin-top: 36px; color: var(--muted); font-size: 12px; }
 """
 
 
-def esc(value) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def num(value, fmt: str = ",.1f", scale: float = 1.0, missing: str = "n/a") -> str:
-    """A number for a table cell; ``missing`` where there is none or it is not finite."""
-    if value is None:
-        return missing
-    value = float(value)
-    return format(value * scale, fmt) if math.isfinite(value) else missing
-
-
-def pct(value, digits: int = 1, sign: bool = False) -> str:
-    """A fraction as a percentage; a tiny loss reads +0.0%, not -0.0%."""
-    if value is None or not math.isfinite(float(value)):
-        return "n/a"
-    return format(round(float(value) * 100, digits) + 0.0, f"{'+' if sign else ''}.{digits}f") + "%"
-
-
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
-
-
-def table(headers: list[str], rows: list[list[str]], numeric: set[int] = frozenset(),
-          marked: set[int] = frozenset()) -> str:
-    """An HTML table; cells are already-escaped strings; ``numeric`` columns align right and
-    ``marked`` rows are highlighted."""
-    head = "".join(f'<th class="num">{h}</th>' if i in numeric else f"<th>{h}</th>" for i, h in enumerate(headers))
-    body = []
-    for r, row in enumerate(rows):
-        cells = "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
-        body.append(f'<tr class="mark">{cells}</tr>' if r in marked else f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def figure(fig, *, alt: str) -> str:
-    return (f'<figure><img src="{fig.uri}" alt="{esc(alt)}">'
-            f"<figcaption>{esc(fig.caption)}</figcaption></figure>")
 
 
 # ---------------------------------------------------------------------------- sections
@@ -373,7 +336,6 @@ def _reproduce_section(report) -> str:
 
 def render_page(report, figures: dict, numbers: dict, advice: list[str]) -> str:
     """The whole page as a string."""
-    from tfsim.report.timeline_page import timeline_section  # here: that module builds on this one's helpers
 
     cluster = report.cluster
     title = f"tfsim report: {report.model} (batch {report.batch_size})"

@@ -5,7 +5,7 @@ steps, measured above simulated, and the tables of where the two differ
 from __future__ import annotations
 
 from tfbase.units import format_rate
-from tfsim.report.page import esc, figure, num, pct, table
+from tfsim.report.html import esc, figure, num, pct, table
 
 TENSOR_ROWS = 5  # the tensors shown: those whose last byte lands furthest apart
 

@@ -1,0 +1,38 @@
+"""Where one task of a job given one host per task sits, and what it does beside training
+(:func:`tfprofile.harness.role.run_task` runs it; :mod:`tfprofile.harness.capture_site` decides
+its part in a capture)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tfbase.errors import UsageError
+from tfprofile.harness.capture import IPERF_PORT
+from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+
+@dataclasses.dataclass(frozen=True)
+class RoleOptions:
+    """Where this task sits in the job and what it does beside training."""
+
+    task: TaskId
+    cluster: ClusterSpec
+    cluster_source: str = "TF_CONFIG"
+    connect_timeout_s: float = 30.0
+    iperf: bool = False
+    iperf_server: bool = False
+    iperf_port: int = IPERF_PORT
+    capture_interface: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.connect_timeout_s > 0:
+            raise UsageError("connect_timeout_s", f"must be positive, not {self.connect_timeout_s}")
+        if not 0 < self.iperf_port < 65536:
+            raise UsageError("iperf_port", f"must be a TCP port, not {self.iperf_port}")
+        if self.iperf_server and self.task.role != "ps":
+            raise UsageError("iperf_server", f"runs on a PS task, not on {self.task.label}")
+        if self.capture_interface is not None and not (self.task.is_chief or self.task == TaskId("ps", 0)):
+            raise UsageError("capture_interface", f"the capture runs on the chief (worker 0) or, with capture_site "
+                                                  f"ps, on ps0; not on {self.task.label}")
+        if self.iperf and not self.task.is_chief:
+            raise UsageError("iperf", f"runs on the chief (worker 0), not on {self.task.label}")
