@@ -465,6 +465,7 @@ def _strict_witness(graph: SimGraph, links: np.ndarray, channel: np.ndarray, stu
     for op in range(graph.n_ops):
         for d in graph.succ_idx[graph.succ_ptr[op]:graph.succ_ptr[op + 1]]:
             preds[d].append(op)
+    names = [str(x) for x in graph.names]
     candidates = np.flatnonzero(stuck & links)
     candidates = candidates[np.argsort(graph.priority[candidates], kind="stable")]
     for low in candidates:
@@ -475,9 +476,9 @@ def _strict_witness(graph: SimGraph, links: np.ndarray, channel: np.ndarray, stu
                 continue
             seen.add(v)
             if links[v] and channel[v] == channel[low] and graph.priority[v] > graph.priority[low]:
-                return (f"{graph.names[low]!r} (priority {graph.priority[low]:g}) depends on {graph.names[v]!r} "
+                return (f"{names[low]!r} (priority {graph.priority[low]:g}) depends on {names[v]!r} "
                         f"(priority {graph.priority[v]:g}) of the same link, which may start only after it")
             todo.extend(preds[v])
     low = candidates[0]
-    return (f"{graph.names[low]!r} (priority {graph.priority[low]:g}) waits in a cycle of lower-numbered transfers "
+    return (f"{names[low]!r} (priority {graph.priority[low]:g}) waits in a cycle of lower-numbered transfers "
             "and the transfers they depend on")
