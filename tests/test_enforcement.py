@@ -1,7 +1,9 @@
 """Strict enforcement of the priority scheduler (docs/model.md §3.3; TicTac §5.1): a transfer
 starts only after every lower-numbered transfer of its worker and link has started."""
 
+import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -10,11 +12,14 @@ from hypothesis import strategies as st
 from reference_sim import reference_run
 from test_engine import CLUSTER, engine_vs_reference, make_profile, random_profiles
 
+import simulate
 from simulate.cluster import ClusterModel
 from simulate.config import Enforcement, Mode, Sharing, SimConfig, Transfer
 from simulate.engine import run
+from simulate.orderings import ordering_priorities
 from simulate.prepare import prepare
-from tfbase.errors import UsageError
+from tfbase.errors import TfsimWarning, UsageError
+from tfprofile import load_profile
 from tfprofile.dag import Resource
 
 D, WK = int(Resource.DOWNLINK), int(Resource.WORKER)
@@ -155,3 +160,41 @@ def test_engine_matches_reference_under_strict_enforcement_with_two_servers(prof
         assert exc.source == "priorities"
         return
     assert error < 1e-9
+
+
+def test_the_cli_flag_enforces_strictly_and_says_so(data_dir, tmp_path, capsys):
+    from cli_runner import run as cli
+
+    def predict(*extra):
+        out_json = tmp_path / "p.json"
+        code, out, err = cli(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "100mbit", "--workers",
+                              "2", "--transfer", "tic", "--steps", "60", "--warmup", "5", "--jobs", "1",
+                              "--no-progress", "--json", out_json, *extra], capsys)
+        assert code == 0, err
+        return json.loads(out_json.read_text()), out
+
+    default, _ = predict()
+    work_conserving, _ = predict("--enforcement", "work-conserving")
+    strict, out = predict("--enforcement", "strict")
+    assert work_conserving == default and "enforcement" not in default
+    assert strict["enforcement"] == "strict" and "enforced strictly" in out
+    # The same order and seed, enforced otherwise: another prediction, and the library's own.
+    profile = load_profile(data_dir / "profiles" / "tiny.npz")
+    priorities = ordering_priorities(profile, ["tic"], bandwidth_Bps=12.5e6, seed=0)
+    with pytest.warns(TfsimWarning, match="no calibration"):
+        table = simulate.predict(profile, bandwidth_Bps=12.5e6, workers=2, transfer="tic", priorities=priorities,
+                                 steps=60, warmup=5, enforcement="strict")
+    assert strict["rows"][0]["throughput_eps"] == pytest.approx(float(table["throughput_eps"].iloc[0]), rel=1e-12)
+    assert strict["rows"][0]["throughput_eps"] != default["rows"][0]["throughput_eps"]
+
+
+def test_a_bad_enforcement_exits_2_and_the_library_names_the_parameter(data_dir, capsys):
+    from cli_runner import run as cli
+
+    code, _, err = cli(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "1gbit", "--enforcement",
+                        "lax", "--no-progress"], capsys)
+    assert code == 2 and "--enforcement" in err and "'lax'" in err
+    with pytest.raises(UsageError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore", TfsimWarning)
+        simulate.predict(load_profile(data_dir / "profiles" / "tiny.npz"), bandwidth_Bps=1e8, enforcement="lax")
+    assert info.value.source == "enforcement"
