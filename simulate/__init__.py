@@ -38,6 +38,7 @@ _PUBLIC = {
     "Mode": "simulate.config",
     "Sharing": "simulate.config",
     "Transfer": "simulate.config",
+    "Enforcement": "simulate.config",
 }
 
 __all__ = sorted(_PUBLIC)

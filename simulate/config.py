@@ -70,8 +70,16 @@ class Transfer(enum.Enum):
     GRPC = "grpc"          # today's gRPC: whole streams in send-ready order, pausing where a window runs out
 
 
+class Enforcement(enum.Enum):
+    """How the ``priority`` scheduler enforces its order (docs/model.md §3.3; TicTac §3.1, §5.1)."""
+
+    WORK_CONSERVING = "work-conserving"  # the lowest number among the transfers waiting; none waits for one not ready
+    STRICT = "strict"  # a transfer starts only after every lower-numbered one of its worker and link has started
+
+
 def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
-    """``Mode``/``Sharing``/``Transfer`` member named by ``text``, or a one-line UsageError naming ``parameter``."""
+    """The member of ``kind`` (``Mode``, ``Sharing``, ``Transfer``, ``Enforcement``) named by
+    ``text``, or a one-line UsageError naming ``parameter``."""
     for member in kind:
         if member.value == text:
             return member
@@ -257,6 +265,8 @@ class SimConfig:
     :func:`simulate.sweep.staggered_starts`). ``worker_speed`` (one factor per worker; None:
     all 1) is how fast each worker's host computes relative to the profiled one: a straggler
     at 0.5 takes twice as long for its computation and its parsing (docs/model.md §4.6).
+    ``enforcement`` is how the ``priority`` scheduler enforces its order (docs/model.md
+    §3.3); the other schedulers have no order to enforce and ignore it.
     """
 
     workers: int
@@ -271,8 +281,11 @@ class SimConfig:
     trace_steps: int = 0
     start_offsets_s: tuple[float, ...] | None = None
     worker_speed: tuple[float, ...] | None = None
+    enforcement: Enforcement = Enforcement.WORK_CONSERVING
 
     def __post_init__(self) -> None:
+        if not isinstance(self.enforcement, Enforcement):
+            raise UsageError("enforcement", f"must be an Enforcement, not {self.enforcement!r}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
             raise UsageError("workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:

@@ -17,9 +17,9 @@ import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.codes import Direction, ParseLane, Scheduler, Share
-from simulate.config import Mode, Sharing, SimConfig, Transfer
+from simulate.config import Enforcement, Mode, Sharing, SimConfig, Transfer
 from simulate.kernel_io import KernelInputs, KernelOutputs
-from simulate.prepare import SimGraph
+from simulate.prepare import SimGraph, check_strict_order
 from tfprofile.dag import Resource
 
 # The one place where the settings become the kernel's codes.
@@ -162,6 +162,37 @@ def slot_names(n_servers: int) -> list[str]:
             + ["PARSE"] + [f"PS{suffix(m)} PARSE" for m in range(n_servers)])
 
 
+def strict_need(priority: np.ndarray, op_slot: np.ndarray, slot_link: np.ndarray) -> np.ndarray:
+    """For strict enforcement: how many transfers of each op's link slot have a strictly lower
+    priority number, i.e. must have started (in the worker's step) before the op may start.
+
+    Parameters
+    ----------
+    priority : numpy.ndarray
+        Each op's priority number; +inf for none (after every numbered transfer).
+    op_slot : numpy.ndarray
+        Each op's slot in a worker's layout.
+    slot_link : numpy.ndarray
+        Each slot's link, -1 for a computation slot.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, one count per op; 0 for computation ops.
+
+    Examples
+    --------
+    >>> strict_need(np.array([2.0, 0.0, np.inf, 0.0, 5.0]), np.array([0, 0, 0, 0, 1]), np.array([0, -1]))
+    array([2, 0, 3, 0, 0])
+    """
+    need = np.zeros(priority.shape[0], dtype=np.int64)
+    for slot in np.flatnonzero(slot_link >= 0):
+        ops = np.flatnonzero(op_slot == slot)
+        # Equal numbers are not ordered against each other: count only the strictly lower ones.
+        need[ops] = np.searchsorted(np.sort(priority[ops]), priority[ops], side="left")
+    return need
+
+
 def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> KernelInputs:
     """Lay a run out for :func:`simulate.kernel.run_kernel`.
 
@@ -182,7 +213,8 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     Raises
     ------
     UsageError
-        When the colocation places another number of servers than the graph has.
+        When the colocation places another number of servers than the graph has, or when
+        strict enforcement of the graph's priorities would deadlock (naming ``priorities``).
     """
     M = graph.n_servers
     layout = SlotLayout(M)
@@ -234,12 +266,17 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     for d, flow in enumerate(flows):
         for j, (t, v) in enumerate(flow.window_timeline):
             window_t[d, j], window_bytes[d, j] = t, v
+    strict = config.transfer is Transfer.PRIORITY and config.enforcement is Enforcement.STRICT
+    if strict:
+        check_strict_order(graph)
+    need = strict_need(graph.priority, op_slot, slot_link) if strict else np.zeros(graph.n_ops, dtype=np.int64)
     rng = np.random.default_rng(config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
     return KernelInputs(
         succ_ptr=graph.succ_ptr, succ_idx=graph.succ_idx, in_degree=graph.in_degree, op_slot=op_slot,
         op_fifo_link=graph.fifo_link,
-        work=graph.work, priority=graph.priority, samples=samples, n_slots=n_slots, slot_link=slot_link,
+        work=graph.work, priority=graph.priority, strict=strict, need=need, samples=samples, n_slots=n_slots,
+        slot_link=slot_link,
         slot_scheduler=slot_scheduler, slot_queue_cap=slot_queue_cap, slot_host=slot_host,
         slot_work_scale=slot_work_scale,
         link_capacity_Bps=link_capacity, link_sustained_Bps=link_sustained, link_bucket_bytes=link_bucket,
@@ -306,7 +343,8 @@ def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
     Raises
     ------
     UsageError
-        When the colocation places another number of servers than the graph has.
+        When the colocation places another number of servers than the graph has, or when
+        strict enforcement of the graph's priorities would deadlock (naming ``priorities``).
     """
     # Imported here, not at the top: importing numba takes some 0.2 s, which commands and
     # modules that never simulate need not pay.

@@ -13,7 +13,10 @@ speed:
   sharing that link (with several servers: that direction) or host are brought up to date
   and re-keyed. Everything else is untouched.
 - Ready ops wait in a ring buffer per slot (FIFO, and HTTP/2's round of streams), or, for
-  an enforced transfer order, in a binary heap keyed by (priority, sequence number).
+  an enforced transfer order, in a binary heap keyed by (priority, sequence number). Under
+  strict enforcement (docs/model.md §3.3) the heap's first op starts only once as many
+  transfers of its slot have started in the worker's step as have a lower number
+  (``need``): a slot may then stay idle with ops queued.
 - ``grpc`` links (docs/model.md §3.4) keep per-connection flow control: the bytes in flight that the
   receiver has not yet returned by WINDOW_UPDATE, per connection and per stream. A chunk
   is as much of the head stream as both windows allow. Its bytes come back one
@@ -164,6 +167,7 @@ class Steps(NamedTuple):
     ops_left: np.ndarray  # per worker
     k: np.ndarray         # per worker: the step it is in
     roots: np.ndarray     # the ops without predecessors
+    started: np.ndarray   # per slot g: strict enforcement's count of the transfers started in this step
 
 
 class Actions(NamedTuple):
@@ -419,6 +423,14 @@ def _queue_unless_idle(inp, st, kind, w, op, slot, now, seq):
         st.streams.rem_bytes[k] = inp.work[inp.samples[w, st.steps.k[w]], op]
         st.streams.served[k] = False
         st.streams.sent_bytes[k] = 0.0
+    if inp.strict and inp.slot_scheduler[slot] == Scheduler.PRIORITY:
+        # The slot may be idle with ops queued that wait for their turn: this op may be the one
+        # they wait for, so the heap's first op starts if its turn has come.
+        _q_push(st.queues, g, inp.priority[op], seq, op)
+        seq += 1
+        if st.chunks.op[g] < 0 and _strict_turn(inp, st, g):
+            return _q_pop(st.queues, g), seq
+        return NO_OP, seq
     if st.chunks.op[g] >= 0 or st.queues.n[g] > 0 or _grpc_blocked(inp, st.flow, slot, g, now):
         if inp.slot_scheduler[slot] == Scheduler.PRIORITY:
             _q_push(st.queues, g, inp.priority[op], seq, op)
@@ -427,6 +439,15 @@ def _queue_unless_idle(inp, st, kind, w, op, slot, now, seq):
             _ring_append(st.queues, inp.slot_queue_cap[slot], g, op)
         return NO_OP, seq
     return op, seq
+
+
+@_inline
+def _strict_turn(inp, st, g):
+    """Strict enforcement: True when the first op of slot ``g``'s heap may start, i.e. as many
+    transfers of the slot have started in this step as have a lower number than it. The
+    started ones are then exactly those (a transfer never starts before a lower number), and
+    if the first op may not start, no queued op may (each has a number at least as high)."""
+    return st.steps.started[g] >= inp.need[st.queues.op[st.queues.base[g]]]
 
 
 @_inline
@@ -439,8 +460,10 @@ def _next_queued_op(inp, st, w, slot, now):
         return NO_OP
     if st.queues.n[g] > 0 and not _grpc_blocked(inp, st.flow, slot, g, now):
         if inp.slot_scheduler[slot] == Scheduler.PRIORITY:
-            return _q_pop(st.queues, g)
-        return _ring_pop(st.queues, inp.slot_queue_cap[slot], g)
+            if not inp.strict or _strict_turn(inp, st, g):
+                return _q_pop(st.queues, g)
+        else:
+            return _ring_pop(st.queues, inp.slot_queue_cap[slot], g)
     link = inp.slot_link[slot]
     if link >= 0:
         if st.links.member[link, w]:  # else already off (a grpc connection waiting for its window)
@@ -490,6 +513,7 @@ def _start_chunk(inp, st, w, slot, op, now):
     g = w * inp.n_slots + slot
     link = inp.slot_link[slot]
     if link >= 0:
+        st.steps.started[g] += 1  # a priority slot's op is one chunk: a chunk started is a transfer started
         chunk, last = _link_chunk(inp, st, w, slot, g, op, now)
         if not st.links.member[link, w]:
             _join_link(st.links, link, w)
@@ -522,6 +546,8 @@ def _start_step(inp, out, st, n_act, w, now):
     for op in range(n_ops):  # not a slice assignment: numba compiles that with a copy's allocation
         st.steps.waiting[base + op] = inp.in_degree[op]
     st.steps.ops_left[w] = n_ops
+    for s in range(w * inp.n_slots, (w + 1) * inp.n_slots):
+        st.steps.started[s] = 0
     out.step_start_s[w, st.steps.k[w]] = now
     for r in st.steps.roots:
         n_act = _act(st.actions, n_act, Action.OP_READY, w, r)
@@ -1124,7 +1150,7 @@ def new_state(inp: KernelInputs) -> State:
     hosts = Hosts(np.zeros((H, G), dtype=np.int64), np.zeros(H, dtype=np.int64), np.full(G, -1, dtype=np.int64),
                   np.zeros(H, dtype=np.bool_))
     steps = Steps(np.empty(n_streams, dtype=np.int64), np.zeros(n_workers, dtype=np.int64),
-                  np.zeros(n_workers, dtype=np.int64), roots)
+                  np.zeros(n_workers, dtype=np.int64), roots, np.zeros(G, dtype=np.int64))
     # At most: every worker's roots (a barrier starts them all) and its ended slot, and every
     # op released or resumed by one event.
     cap_act = n_workers * (roots.shape[0] + 2) + n_ops + 2

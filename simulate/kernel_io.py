@@ -24,6 +24,8 @@ class KernelInputs(NamedTuple):
     op_fifo_link: np.ndarray       # (n_ops,) a message's link, whose queue it waits behind; -1 for others
     work: np.ndarray               # (S, n_ops) bytes for a transfer, seconds for a computation
     priority: np.ndarray           # (n_ops,) Scheduler.PRIORITY serves the lowest first
+    strict: bool                   # Scheduler.PRIORITY holds a transfer back until its turn (Enforcement.STRICT)
+    need: np.ndarray               # (n_ops,) strict: transfers of the op's slot that must have started first
     samples: np.ndarray            # (W, N) the profiled step that worker w replays as its k-th
     n_slots: int
     slot_link: np.ndarray          # (n_slots,) each slot's link, -1 for a computation slot

@@ -399,3 +399,86 @@ def with_rpc_chain(graph: SimGraph, rpc, latency_downlink_s: float = 0.0, latenc
                            np.full(M, ParseLane.DELAY)).astype(np.int8),
         fifo_link=spliced(graph.fifo_link, front_link, servers).astype(np.int64),
     )
+
+
+def check_strict_order(graph: SimGraph) -> None:
+    """Refuse priorities that strict enforcement (docs/model.md §3.3) could never carry out.
+
+    Under strict enforcement a transfer starts only after every transfer of its worker and
+    link with a strictly lower number has started (no number counts as +inf). If a
+    lower-numbered transfer depends, through the DAG, on a higher-numbered one of the same
+    link, or such waits form a cycle across links, no worker ever finishes its step.
+
+    Parameters
+    ----------
+    graph : SimGraph
+        The prepared graph, with its priorities.
+
+    Raises
+    ------
+    UsageError
+        Naming ``priorities``, and the two transfers when one waits for the other directly.
+    """
+    n = graph.n_ops
+    links = np.isin(graph.resource, (Resource.DOWNLINK, Resource.UPLINK))
+    if graph.parse_lane is not None:
+        links &= graph.parse_lane == ParseLane.IN_LINE  # messages are delays of their own, on no link
+    # The waits as a graph: the DAG's edges, and per link one virtual node per distinct number
+    # ("every transfer numbered up to this has started") chained in ascending order. Kahn's
+    # algorithm visits every node exactly when the waits have no cycle.
+    src = [np.repeat(np.arange(n), np.diff(graph.succ_ptr))]
+    dst = [graph.succ_idx]
+    n_nodes = n
+    channel = graph.resource.astype(np.int64) * (graph.n_servers + 1) + np.maximum(graph.server, 0)
+    for key in np.unique(channel[links]):
+        ops = np.flatnonzero(links & (channel == key))
+        values, rank = np.unique(graph.priority[ops], return_inverse=True)
+        gates = n_nodes + np.arange(values.size)
+        n_nodes += values.size
+        src += [ops, gates[:-1], gates[rank[rank > 0] - 1]]
+        dst += [gates[rank], gates[1:], ops[rank > 0]]
+    src_all, dst_all = np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64)
+    order = np.argsort(src_all, kind="stable")
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(src_all, minlength=n_nodes))])
+    out = dst_all[order]
+    left = np.bincount(dst_all, minlength=n_nodes)
+    stack = list(np.flatnonzero(left == 0))
+    seen = 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        for d in out[ptr[v]:ptr[v + 1]]:
+            left[d] -= 1
+            if left[d] == 0:
+                stack.append(d)
+    if seen == n_nodes:
+        return
+    raise UsageError("priorities", "strict enforcement of this order would deadlock: "
+                                   f"{_strict_witness(graph, links, channel, left[:n] > 0)}; number it lower, "
+                                   "or use work-conserving enforcement")
+
+
+def _strict_witness(graph: SimGraph, links: np.ndarray, channel: np.ndarray, stuck: np.ndarray) -> str:
+    """Words for one wait of a deadlocking order: a stuck transfer that depends on a
+    higher-numbered transfer of its own link, or the lowest-numbered stuck transfer."""
+    preds = [[] for _ in range(graph.n_ops)]
+    for op in range(graph.n_ops):
+        for d in graph.succ_idx[graph.succ_ptr[op]:graph.succ_ptr[op + 1]]:
+            preds[d].append(op)
+    names = [str(x) for x in graph.names]
+    candidates = np.flatnonzero(stuck & links)
+    candidates = candidates[np.argsort(graph.priority[candidates], kind="stable")]
+    for low in candidates:
+        seen, todo = {int(low)}, list(preds[low])
+        while todo:
+            v = todo.pop()
+            if v in seen:
+                continue
+            seen.add(v)
+            if links[v] and channel[v] == channel[low] and graph.priority[v] > graph.priority[low]:
+                return (f"{names[low]!r} (priority {graph.priority[low]:g}) depends on {names[v]!r} "
+                        f"(priority {graph.priority[v]:g}) of the same link, which may start only after it")
+            todo.extend(preds[v])
+    low = candidates[0]
+    return (f"{names[low]!r} (priority {graph.priority[low]:g}) waits in a cycle of lower-numbered transfers "
+            "and the transfers they depend on")

@@ -27,6 +27,7 @@ from simulate.config import (
     MAX_TRACE_CHUNKS,
     MAX_WORKERS,
     Colocation,
+    Enforcement,
     Mode,
     Sharing,
     SimConfig,
@@ -38,7 +39,7 @@ from simulate.config import (
 )
 from simulate.engine import SimRun, run
 from simulate.executors import LocalExecutor, parse_executor
-from simulate.prepare import _priorities, prepare
+from simulate.prepare import _priorities, check_strict_order, prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
@@ -90,7 +91,8 @@ def staggered_starts(profile: Profile, workers: int, stagger: float) -> tuple[fl
 
 def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *, steps: int, warmup: int,
                  seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
-                 trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None) -> SimRun:
+                 trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None,
+                 enforcement: Enforcement = Enforcement.WORK_CONSERVING) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
@@ -105,7 +107,8 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                        transfer=scenario.transfer, steps=steps, warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps,
                        colocation=colocation, trace_steps=trace_steps,
                        start_offsets_s=staggered_starts(profile, scenario.workers, stagger),
-                       worker_speed=worker_speed(scenario.workers) if worker_speed is not None else None)
+                       worker_speed=worker_speed(scenario.workers) if worker_speed is not None else None,
+                       enforcement=enforcement)
     try:
         return run(graph, cluster, config)
     except ValueError as exc:
@@ -123,7 +126,8 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
     result = simulate_one(profile, cluster, dataclasses.replace(scenario, sharing=sharing), steps=options["steps"],
                           warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
                           colocation=options.get("colocation"), stagger=options.get("stagger", 0.0),
-                          worker_speed=options.get("worker_speed"))
+                          worker_speed=options.get("worker_speed"),
+                          enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING))
     graph = result.graph
     efficiency = math.nan
     if with_efficiency:
@@ -164,7 +168,8 @@ def check_traced_run(profile: Profile, workers: int, steps: int, *, workers_para
 def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                     sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                     colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
-                    stagger: float = 1.0, workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
+                    stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
+                    workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
     """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
     that set W and the steps; the arguments of :func:`simulate_one` that run it."""
     check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
@@ -176,32 +181,34 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
     scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
                         priorities.get(transfer))
     colocation = host_model(colocation, cores)
+    enforcement = _enforcement(enforcement)
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
-               "stagger": stagger, "max_steps": steps}
+               "stagger": stagger, "max_steps": steps, "enforcement": enforcement}
     _check_scenario(profile, cluster, scenario, options)
     check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers",
                  workers_parameter)
     return {"profile": profile, "cluster": cluster, "scenario": scenario, "steps": steps, "warmup": 0, "seed": seed,
-            "flow_cap_Bps": flow_cap_Bps, "colocation": colocation, "stagger": stagger, "trace_steps": steps}
+            "flow_cap_Bps": flow_cap_Bps, "colocation": colocation, "stagger": stagger, "trace_steps": steps,
+            "enforcement": enforcement}
 
 
 def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
-               stagger: float = 1.0) -> SimRun:
+               stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING) -> SimRun:
     """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
     :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
 
     ``transfer`` is a scheduler name or a key of ``priorities`` (then the priority scheduler
-    with that order). Hybrid sharing is an average of two runs, so it is traced as ``ps``
-    (with a warning). Workers start as :func:`staggered_starts` spreads them. Checked first
-    (:func:`plan_traced_run`); the simulation runs in a child process
-    (:func:`simulate.workers.run_in_child`).
+    with that order, enforced as ``enforcement`` says). Hybrid sharing is an average of two
+    runs, so it is traced as ``ps`` (with a warning). Workers start as
+    :func:`staggered_starts` spreads them. Checked first (:func:`plan_traced_run`); the
+    simulation runs in a child process (:func:`simulate.workers.run_in_child`).
     """
     arguments = plan_traced_run(profile, cluster, workers=workers, transfer=transfer, priorities=priorities,
                                 sharing=sharing, mode=mode, servers=servers, cores=cores, colocation=colocation,
                                 steps=steps, seed=seed,
-                                flow_cap_Bps=flow_cap_Bps, stagger=stagger)
+                                flow_cap_Bps=flow_cap_Bps, stagger=stagger, enforcement=enforcement)
     return run_in_child(_traced, arguments)
 
 
@@ -453,12 +460,26 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
               warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
               colocation=colocation, start_offsets_s=staggered_starts(profile, scenario.workers,
                                                                       options.get("stagger", 0.0)),
-              worker_speed=options["worker_speed"](scenario.workers) if options.get("worker_speed") else None)
+              worker_speed=options["worker_speed"](scenario.workers) if options.get("worker_speed") else None,
+              enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING))
     if colocation is not None and len(colocation.server_host) != (servers or max(profile.graph.n_servers, 1)):
         raise UsageError("colocation", f"colocation places {len(colocation.server_host)} servers, not "
                                        f"{servers or max(profile.graph.n_servers, 1)}")
     if scenario.priorities is not None:
         _priorities(profile.graph, scenario.priorities)
+        if scenario.transfer is Transfer.PRIORITY and options.get("enforcement") is Enforcement.STRICT:
+            # A deadlocking order is refused here, not in a worker process after others ran.
+            check_strict_order(prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode,
+                                       servers=scenario.servers, priorities=scenario.priorities))
+
+
+def _enforcement(value: str | Enforcement) -> Enforcement:
+    """``enforcement`` as an :class:`~simulate.config.Enforcement`, or a UsageError naming it."""
+    if isinstance(value, Enforcement):
+        return value
+    if isinstance(value, str):
+        return parse_enum(Enforcement, value, "enforcement")
+    raise UsageError("enforcement", f"must be 'work-conserving' or 'strict', not {value!r}")
 
 
 def plan_sweep(
@@ -483,6 +504,7 @@ def plan_sweep(
     stagger: float = 1.0,
     worker_speed: WorkerSpeeds | None = None,
     replicas: int = 1,
+    enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -549,7 +571,7 @@ def plan_sweep(
         raise UsageError("worker_speed", f"must be a WorkerSpeeds, not {type(worker_speed).__name__}")
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
-               "worker_speed": worker_speed, "replicas": int(replicas)}
+               "worker_speed": worker_speed, "replicas": int(replicas), "enforcement": _enforcement(enforcement)}
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
         key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)
@@ -583,6 +605,7 @@ def predict(
     stagger: float = 1.0,
     worker_speed: WorkerSpeeds | None = None,
     replicas: int = 1,
+    enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
@@ -648,6 +671,12 @@ def predict(
         settle into one of several phase patterns depending on the sampled steps, and one run's
         batch-means interval does not show that: the row then gives the replicas' mean, their
         t interval and their range (``throughput_min_eps``, ``throughput_max_eps``).
+    enforcement : {"work-conserving", "strict"} or Enforcement
+        How the priority scheduler enforces an order (docs/model.md §3.3): work-conserving
+        (the default) serves the lowest number among the transfers waiting; strict (TicTac
+        §5.1) starts a transfer only after every lower-numbered one of its worker and link
+        has started, and refuses an order under which that would deadlock. Other schedulers
+        ignore it.
     jobs : int
         Parallel processes.
     progress : bool
@@ -687,8 +716,8 @@ def predict(
                       transfer=transfer, priorities=priorities, bandwidth_Bps=bandwidth_Bps, steps=steps,
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
-                      worker_speed=worker_speed, replicas=replicas).run(jobs=jobs, progress=progress,
-                                                                        executor=parse_executor(executor))
+                      worker_speed=worker_speed, replicas=replicas,
+                      enforcement=enforcement).run(jobs=jobs, progress=progress, executor=parse_executor(executor))
 
 
 def default_jobs() -> int:

@@ -18,7 +18,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.codes import ParseLane
-from simulate.config import Mode, Sharing, SimConfig, Transfer
+from simulate.config import Enforcement, Mode, Sharing, SimConfig, Transfer
 from tfprofile.dag import Resource
 
 
@@ -95,6 +95,22 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
 
     def blocked(w, r):
         return grpc and r[0] in (0, 2) and conn_used.get((w, r), 0) >= window(r[0])
+
+    # docs/model.md §3.3, strict enforcement: a prioritised transfer starts only once every
+    # transfer of its worker and link with a strictly lower number has started in the step.
+    strict = config.transfer is Transfer.PRIORITY and config.enforcement is Enforcement.STRICT
+    started = {}  # (w, link) -> the transfers started in the worker's current step
+
+    def lower_numbered_started(w, r, op):
+        if not (strict and is_link[op]):
+            return True
+        lower = [o for o in range(graph.n_ops) if is_link[o] and res_of[o] == r
+                 and graph.priority[o] < graph.priority[op]]
+        return all((w, o) in started.get((w, r), set()) for o in lower)
+
+    def head_may_start(w, r):
+        items = scheduler[(w, r)].items
+        return lower_numbered_started(w, r, min(items)[2])
 
     scheduler = {(w, r): Scheduler() for w in range(W) for r in set(res_of)}
     stream_left = {}
@@ -176,6 +192,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         items = scheduler[(w, r)].items
         items.sort()
         _, _, op = items.pop(0)
+        started.setdefault((w, r), set()).add((w, op))
         if not is_link[op]:
             work = work_of(w, op)
             link = int(graph.fifo_link[op])
@@ -224,7 +241,12 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             stream_left[(w, op)] = work_of(w, op)
             stream_sent[(w, op)] = numeric(0)
             served_once.discard((w, op))
-        if using(w, r) or blocked(w, r):
+        if strict and is_link[op]:
+            # The link may be idle with transfers waiting for their turn, this one's included.
+            add(w, op)
+            if not any(x.worker == w and x.resource == r for x in Q) and head_may_start(w, r):
+                enqueue_chunk(w, r)
+        elif using(w, r) or blocked(w, r):
             add(w, op)  # just queue it
         else:
             add(w, op)
@@ -232,6 +254,9 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
 
     def start_step(w):
         step_start[w][step[w]] = now
+        for key in list(started):
+            if key[0] == w:
+                del started[key]
         for op in range(graph.n_ops):
             waiting[(w, op)] = n_preds[op]
         ops_left[w] = graph.n_ops
@@ -250,7 +275,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
 
     def take_next(w, r):
         """The resource is free: its next chunk, or the worker leaves the link."""
-        if scheduler[(w, r)] and not blocked(w, r):
+        if scheduler[(w, r)] and not blocked(w, r) and (not strict or head_may_start(w, r)):
             enqueue_chunk(w, r)  # back on the link after waiting for its window, if it was off
         elif r[0] in (0, 2) and w in active[r]:
             active[r].remove(w)
