@@ -126,7 +126,12 @@ class _Feeder:
                     flow.owner = connection
                 reassembler = direction.reassembler
                 size = end - start
-                if not size:  # an acknowledgement: as _Connection.add and DirectionReassembler._add
+                # The next data segment in sequence of an HTTP/2 direction with nothing held or pending.
+                in_stride = size and not flags & _NOT_IN_STRIDE and connection.state == "http2" \
+                    and reassembler._held is None and not reassembler._pending and reassembler._base is not None \
+                    and not (seq - reassembler._base - reassembler._next) & SEQUENCE_MASK
+                if not size or in_stride:
+                    # What every segment counts: as _Connection.add and DirectionReassembler._add.
                     if time_ns > connection.last_time_ns:
                         connection.last_time_ns = time_ns
                     reassembler.segments += 1
@@ -137,23 +142,11 @@ class _Feeder:
                             reassembler.max_time_reversal_ns = latest - time_ns
                     else:
                         reassembler._latest_ns = time_ns
-                    if flags & FIN:
-                        reassembler.fin_seen = True
-                    continue
-                if not flags & _NOT_IN_STRIDE and connection.state == "http2" and reassembler._held is None \
-                        and not reassembler._pending and reassembler._base is not None \
-                        and not (seq - reassembler._base - reassembler._next) & SEQUENCE_MASK:
-                    # The next segment in sequence: as DirectionReassembler._add and _emit.
-                    if time_ns > connection.last_time_ns:
-                        connection.last_time_ns = time_ns
-                    reassembler.segments += 1
-                    latest = reassembler._latest_ns
-                    if time_ns < latest:
-                        reassembler.time_reversals += 1
-                        if latest - time_ns > reassembler.max_time_reversal_ns:
-                            reassembler.max_time_reversal_ns = latest - time_ns
-                    else:
-                        reassembler._latest_ns = time_ns
+                    if not size:  # an acknowledgement
+                        if flags & FIN:
+                            reassembler.fin_seen = True
+                        continue
+                    # Delivered at once: as DirectionReassembler._emit.
                     offset = reassembler._next
                     reassembler._next = offset + size
                     splitter = direction.splitter
