@@ -39,3 +39,14 @@ def save_figure(fig, path: str | os.PathLike | Output) -> None:
     planned :class:`~tfbase.fileio.Output`."""
     fmt = output_name(path).rsplit(".", 1)[-1].lower()
     write_bytes(path, figure_bytes(fig, fmt if fmt in ("png", "svg", "pdf") else "png"))
+
+
+def finish_throughput_axes(fig, ax, title: str, *, legend_fontsize: float = 8) -> None:
+    """The common end of a throughput plot: examples/s on a y axis from 0, a light grid, a small
+    title and legend, tight layout (x label and what is drawn are the caller's)."""
+    ax.set_ylabel("throughput (examples/s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=legend_fontsize)
+    fig.tight_layout()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfbase.figures import pyplot
+from tfbase.figures import finish_throughput_axes, pyplot
 
 
 def _label(keys: tuple, names: tuple[str, ...]) -> str:
@@ -48,10 +48,5 @@ def throughput_figure(frame, *, title: str = "", measured=None, baselines=None):
                 label="measured")
     ax.set_xlabel("workers W")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # worker counts are whole
-    ax.set_ylabel("throughput (examples/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.set_title(title or "predicted throughput (band: 95% CI; star: saturation point)", fontsize=10)
-    ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
+    finish_throughput_axes(fig, ax, title or "predicted throughput (band: 95% CI; star: saturation point)")
     return fig

@@ -41,7 +41,7 @@ from simulate.results import t95
 from simulate.sweep import parse_workers, predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
-from tfbase.figures import pyplot, save_figure
+from tfbase.figures import finish_throughput_axes, pyplot, save_figure
 from tfbase.fileio import atomic_output, json_ready, read_input, write_json, write_text
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
@@ -570,12 +570,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         ax.plot(group["workers"], group["lin_async_eps"], ":", label="Lin et al.")
         ax.plot(group["workers"], group["cynthia_eps"], ":", label="Cynthia")
         ax.set_xlabel("workers W")
-        ax.set_ylabel("throughput (examples/s)")
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        ax.set_title(str(setting), fontsize=10)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        finish_throughput_axes(fig, ax, str(setting), legend_fontsize=7)
         save_figure(fig, out_dir / f"{setting}.png")
     write_json(out_dir / "results.json", {"format": "tfsim.lab/2", "preset": preset, "machine": machine_text(),
                                           "rows": json_ready(frame.to_dict(orient="records"))})

@@ -11,7 +11,7 @@ import dataclasses
 import warnings
 
 from tfbase.errors import InputError, TfsimWarning
-from tfbase.figures import figure_bytes
+from tfbase.figures import figure_bytes, finish_throughput_axes
 from tfbase.units import format_rate
 from tfsim.plots import throughput_figure
 from tfsim.report.gantt import gantt_figure
@@ -52,12 +52,7 @@ def cost_figure(cost, *, title: str):
         ax.annotate(f"W={int(row['workers'])}", (row["usd_per_hour"], row["throughput_eps"]), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel("cost ($ per hour)")
-    ax.set_ylabel("throughput (examples/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    finish_throughput_axes(fig, ax, title)
     return fig
 
 

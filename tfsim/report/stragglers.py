@@ -126,7 +126,7 @@ def straggler_figure(table, *, title: str):
     -------
     matplotlib.figure.Figure
     """
-    from tfbase.figures import pyplot
+    from tfbase.figures import finish_throughput_axes, pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
@@ -136,12 +136,7 @@ def straggler_figure(table, *, title: str):
         ax.plot(rows["workers"], rows["throughput_stragglers_eps"], "s--", color=colours[mode],
                 label=f"{mode}, with stragglers")
     ax.set_xlabel("workers W")
-    ax.set_ylabel("throughput (examples/s)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    finish_throughput_axes(fig, ax, title)
     return fig
 
 
