@@ -47,7 +47,7 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps, timeline, profile_ps)")
+                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -85,6 +85,9 @@ def register(sub) -> None:
                    help="for every W, one more run captured at the PS, laid beside the simulation of that W: the "
                         "link's busy fraction per direction in the results, timeline-w<W>.png (a few steps, "
                         "measured above simulated) and a Perfetto trace of both (one PS only)")
+    p.add_argument("--keep-captures", action="store_true",
+                   help="with --timeline: keep each timeline run's capture and trace, so that tfsim report "
+                        "--timeline-run and tfsim calibrate can read its directory (tens of MB per run)")
     p.add_argument("--repeat", type=positive_int, default=3,
                    help="measurements per point, each on a fresh cluster (default: 3)")
     p.add_argument("--no-rerun", action="store_true",
@@ -136,6 +139,10 @@ def settings_of(args) -> tuple[str, list]:
         settings = [dataclasses.replace(s, **transport) for s in settings]
     if args.timeline:
         settings = [dataclasses.replace(s, timeline=True) for s in settings]
+    if args.keep_captures:
+        if not any(s.timeline for s in settings):
+            raise UsageError("keep_captures", "keeps the timeline runs' captures: give --timeline too")
+        settings = [dataclasses.replace(s, keep_captures=True) for s in settings]
     if args.colocated or args.ps_cores is not None or args.worker_cores is not None:
         settings = [dataclasses.replace(s, colocated=args.colocated, ps_cores=args.ps_cores,
                                         worker_cores=args.worker_cores) for s in settings]

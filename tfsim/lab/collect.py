@@ -9,6 +9,7 @@ from tfbase.load import LoadMeter, LoadSample
 from tfprofile.harness.launcher import CollectConfig, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
 from tfsim.lab.netns import EmulatedCluster, Transport, allowed_congestion_control, terminate_on_signals
+from tfsim.lab.netstats import HostLinkCounters, read_host_counters
 
 
 def host_names(ps_tasks: int, workers: int) -> list[str]:
@@ -36,12 +37,14 @@ class HostQuotas:
 
 @dataclasses.dataclass(frozen=True)
 class LabRun:
-    """A finished run in the lab: its directory, the machine's load while it ran, and each
-    task's CPU use and throttling."""
+    """A finished run in the lab: its directory, the machine's load while it ran, each task's
+    CPU use and throttling, and each host's link and TCP counters (drops, retransmissions,
+    timeouts: :mod:`tfsim.lab.netstats`)."""
 
     run_dir: Path
     load: LoadSample
     tasks: dict[str, CpuStats]
+    links: dict[str, HostLinkCounters] = dataclasses.field(default_factory=dict)
 
 
 def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.0, progress: bool = True,
@@ -64,4 +67,6 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
                           command_prefixes=[h.exec_prefix() for h in hosts],
                           task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0")
         tasks = {g.name: g.stats() for g in groups}
-    return LabRun(out, meter.sample, tasks)
+        links = {n: read_host_counters(cluster.hosts[n].namespace, cluster.bridge_namespace, cluster.port_of(n))
+                 for n in names}
+    return LabRun(out, meter.sample, tasks, links)

@@ -137,6 +137,14 @@ class Transport:
         return (f"queue {queue}, {self.congestion_control or 'default'} congestion control, slow start after idle "
                 f"{'default' if self.slow_start_after_idle is None else 'on' if self.slow_start_after_idle else 'off'}")
 
+    def buffer_bytes(self, rate_bit: int) -> int:
+        """The bytes a shaped link holds before it drops: tbf's ``limit``, which ``latency``
+        sets to the rate times the latency plus the bucket (``tc-tbf(8)``)."""
+        burst = tbf_burst_bytes(rate_bit)
+        if self.queue_bytes is not None:
+            return max(self.queue_bytes, burst)
+        return int(rate_bit / 8 * self.queue_ms / 1e3) + burst
+
     def sysctls(self) -> list[str]:
         out = []
         if self.congestion_control is not None:
@@ -146,12 +154,17 @@ class Transport:
         return out
 
 
+def tbf_burst_bytes(rate_bit: int) -> int:
+    """The shaper's bucket: it must hold a whole GSO super-packet (veth hands tbf up to 64 KiB
+    at once) and one timer tick of traffic."""
+    return max(96 * 1024, rate_bit // 8 // 250)
+
+
 def _tbf(rate_bit: int, transport: Transport) -> list[str]:
-    # The bucket must hold a whole GSO super-packet (veth hands tbf up to 64 KiB at once) and one
-    # timer tick of traffic. A bucket alone would let an idle link send that much at veth speed,
-    # a burst no real NIC makes, so a second bucket (peakrate, one packet deep) paces every
-    # packet at just above the link rate.
-    burst = max(96 * 1024, rate_bit // 8 // 250)
+    # A bucket alone would let an idle link send its burst at veth speed, a burst no real NIC
+    # makes, so a second bucket (peakrate, one packet deep) paces every packet at just above
+    # the link rate.
+    burst = tbf_burst_bytes(rate_bit)
     queue = (["limit", str(max(transport.queue_bytes, burst))] if transport.queue_bytes is not None
              else ["latency", f"{transport.queue_ms:g}ms"])
     return ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), *queue,
@@ -219,6 +232,10 @@ class EmulatedCluster:
     @property
     def bridge_namespace(self) -> str:
         return f"{self.prefix}-br"
+
+    def port_of(self, name: str) -> str:
+        """The bridge port of host ``name`` (its shaper is the host's ingress)."""
+        return f"v{list(self.host_names).index(name) + 1}"
 
     def namespaces(self) -> list[str]:
         return [self.bridge_namespace] + [f"{self.prefix}-{h}" for h in self.host_names]

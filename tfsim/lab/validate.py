@@ -91,6 +91,7 @@ class LabSetting:
     congestion_control: str | None = None
     slow_start_after_idle: bool | None = None
     timeline: bool = False
+    keep_captures: bool = False
     profile_ps: int | None = None
 
     def __post_init__(self) -> None:
@@ -184,6 +185,15 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
 TIMELINE_COLUMNS = ("timeline_run_eps", "used_down_measured", "used_down_simulated", "used_up_measured",
                     "used_up_simulated", "busy_down_measured", "busy_down_simulated", "busy_up_measured",
                     "busy_up_simulated", "step_median_measured_s", "step_median_simulated_s")
+# What the links and TCP did, per measuring run (mean over the repeats; tfsim/lab/netstats.py): the
+# PS's shapers' drops (down: its egress; up: the bridge port towards it, where the workers'
+# uploads meet), every host's retransmitted segments and retransmission timeouts, and the
+# measured steps' mean over their median (a tail of stalled steps shows as a ratio above 1).
+TRANSPORT_COLUMNS = ("ps_drops_down_per_run", "ps_drops_up_per_run", "retrans_segs_per_run",
+                     "rto_timeouts_per_run", "step_mean_over_median")
+# Whether the workers' uploads can overflow the PS's port: W connections each keeping the
+# calibrated queue window (docs/calibration.md §4.5) queued there, against what the shaper holds.
+OVERFLOW_COLUMNS = ("buffer_bytes", "queue_window_up_bytes", "overflow_expected")
 USED_BAR = 0.05  # the timeline's bar: simulated used fraction of the link within 5 points of the measured one
 TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the default for TF 2.x clusters
 # Independent replications of each prediction (seeds 0..4): past one worker a run can settle into
@@ -199,6 +209,7 @@ RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "profile_ps", 
                   "inside_grpc", "ranges_overlap_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run",
+                  *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS)
 
 
@@ -292,6 +303,7 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
     a run during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load
     the lab did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
     runs, loads, reruns, throttled, steps, sums, spreads = [], [], 0, [], [], [], []
+    transport_runs: list[dict] = []
     for k in range(repeat):
         for attempt in range(2 if rerun_loaded else 1):
             measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
@@ -311,6 +323,7 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
         spreads.append(measured["finish_spread_s"])
         loads.append(lab_run.load)
         throttled.append(sum(t.throttled_s for t in lab_run.tasks.values()))
+        transport_runs.append(transport_summary(lab_run, lab_run.run_dir))
         write_json(measure_dir / "lab.json", {
             "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"], "rule": measured["rule"],
             "window_s": measured["window_s"], "per_worker_eps": measured["per_worker_eps"],
@@ -319,12 +332,40 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
                      "lab_cores": lab_run.load.lab_cores, "outside_cores": lab_run.load.outside_cores,
                      "flagged": lab_run.load.flagged},
             "tasks": {name: dataclasses.asdict(stats) for name, stats in lab_run.tasks.items()},
+            "links": {name: counters.as_dict() for name, counters in lab_run.links.items()},
+            "transport": transport_runs[-1],
             "quotas": dataclasses.asdict(setting.quotas())})
     return {"runs": runs, "stats": measurement_stats(runs), "step_s": float(sorted(steps)[len(steps) // 2]),
             "outside_load_cores": max(load.outside_cores for load in loads),
             "loaded_runs": sum(load.flagged for load in loads), "reruns": reruns,
             "throttled_s_per_run": sum(throttled) / len(throttled), "per_worker_sum_eps": sum(sums) / len(sums),
-            "finish_spread_s": max(spreads)}
+            "finish_spread_s": max(spreads),
+            **{c: sum(t[c] for t in transport_runs) / len(transport_runs) for c in TRANSPORT_COLUMNS}}
+
+
+def overflow_columns(setting: LabSetting, cluster, workers: int) -> dict:
+    """:data:`OVERFLOW_COLUMNS` for ``workers``: the shaper's buffer, the calibrated uplink
+    queue window, and whether ``workers`` windows exceed the buffer (an incast overflow is
+    expected at the PS's port; the measured drops say whether it came)."""
+    buffer = setting.transport().buffer_bytes(setting.rate_bit)
+    window = float(cluster.queue_window_uplink_bytes)
+    return {"buffer_bytes": buffer, "queue_window_up_bytes": window,
+            "overflow_expected": bool(window > 0 and workers * window > buffer)}
+
+
+def transport_summary(lab_run: LabRun, run_dir: Path) -> dict:
+    """One run's :data:`TRANSPORT_COLUMNS`: drops at the PS's shapers, every host's retransmitted
+    segments and timeouts, and the measured steps' mean over median (every worker's steps)."""
+    import numpy as np
+
+    ps = [c for name, c in lab_run.links.items() if name.startswith("ps")]
+    with open(run_dir / "step_times.csv", newline="") as handle:
+        walls = np.array([float(r["wall_s"]) for r in csv.DictReader(handle) if r["measured"] == "1"])
+    return {"ps_drops_down_per_run": sum(c.egress.dropped for c in ps),
+            "ps_drops_up_per_run": sum(c.ingress.dropped for c in ps),
+            "retrans_segs_per_run": sum(c.tcp.retrans_segs for c in lab_run.links.values()),
+            "rto_timeouts_per_run": sum(c.tcp.rto_timeouts for c in lab_run.links.values()),
+            "step_mean_over_median": float(walls.mean() / np.median(walls)) if walls.size else math.nan}
 
 
 def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cluster, hosts: dict, *,
@@ -332,7 +373,9 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
     """One more run with ``workers`` workers, captured at the PS, laid beside the simulation of
     the same W (:func:`tfsim.lab.timeline_view.timeline_view`). Writes ``timeline-w<W>.png``
     (a few steps, measured above simulated) and, in the run's directory, ``timeline.json``
-    (the tables) and ``timeline.trace.json`` (both runs, for Perfetto); the capture is deleted.
+    (the tables) and ``timeline.trace.json`` (both runs, for Perfetto); the capture is deleted
+    unless the setting keeps captures (``keep_captures``: ``tfsim report --timeline-run`` and
+    ``tfsim calibrate`` can read the run directory then).
     Returns the row's :data:`TIMELINE_COLUMNS`. The run is not one of the measured
     repetitions: tcpdump's own CPU time would be counted against the job."""
     from tfsim.lab.timeline_view import timeline_view
@@ -351,9 +394,10 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
                json.dumps(json_ready(view.chrome_trace()), separators=(",", ":"), allow_nan=False))
     save_figure(view.figure(), out_dir / f"timeline-w{workers}.png")
     throughput = measured_throughput(run_dir)["throughput_eps"]
-    for capture in run_dir.glob("capture.pcap*"):
-        capture.unlink()
-    shutil.rmtree(run_dir / "trace", ignore_errors=True)
+    if not setting.keep_captures:
+        for capture in run_dir.glob("capture.pcap*"):
+            capture.unlink()
+        shutil.rmtree(run_dir / "trace", ignore_errors=True)
     shutil.rmtree(run_dir / "logs", ignore_errors=True)
     fractions = {"used": view.used_fractions(), "busy": view.busy_fractions()}
     return {"timeline_run_eps": throughput,
@@ -435,6 +479,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "measured_step_s": point["step_s"], "computation_scale": scale,
             "outside_load_cores": point["outside_load_cores"], "loaded_runs": point["loaded_runs"],
             "reruns": point["reruns"], "throttled_s_per_run": point["throttled_s_per_run"],
+            **{c: point[c] for c in TRANSPORT_COLUMNS},
+            **overflow_columns(setting, cluster, w),
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
                for m in TRANSFER_MODELS},
             **(timeline_point(setting, out_dir, w, profile, cluster, hosts, progress=progress) if setting.timeline
@@ -463,6 +509,27 @@ def _bar_lines(frame) -> list[str]:
         if abs(worst["error_grpc"]) > MAX_ERROR_BAR or group["error_grpc"].abs().mean() > MEAN_ERROR_BAR:
             lines.append(f"- {setting} misses a bar: mean |error| {group['error_grpc'].abs().mean() * 100:.1f}%, "
                          f"worst {worst['error_grpc'] * 100:+.1f}% at W = {int(worst['workers'])}")
+    return lines
+
+
+def _transport_lines(frame) -> list[str]:
+    """results.md's table of what the links and TCP did (per measuring run, mean over repeats)."""
+    lines = ["", "## Links and TCP", "",
+             "Per measuring run, the mean over its repeats: packets the PS's shapers dropped (down: what the PS "
+             "sends; up: where the workers' uploads meet), segments retransmitted and retransmission timeouts "
+             "(RTO) over every host, and the measured steps' mean over their median (a tail of stalled steps "
+             "shows as a ratio above 1).", "",
+             "`overflow expected`: W connections each keeping the calibrated queue window queued at the PS's "
+             "port hold more than its shaper's buffer.", "",
+             "| setting | W | buffer (KB) | W x window (KB) | overflow expected | drops down | drops up | "
+             "retransmitted | timeouts | step mean / median |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in frame.iterrows():
+        lines.append(f"| {r['setting']} | {r['workers']} | {r['buffer_bytes'] / 1e3:.0f} | "
+                     f"{r['workers'] * r['queue_window_up_bytes'] / 1e3:.0f} | "
+                     f"{'yes' if r['overflow_expected'] else 'no'} | {r['ps_drops_down_per_run']:.0f} | "
+                     f"{r['ps_drops_up_per_run']:.0f} | {r['retrans_segs_per_run']:.0f} | "
+                     f"{r['rto_timeouts_per_run']:.1f} | {r['step_mean_over_median']:.2f} |")
     return lines
 
 
@@ -550,6 +617,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                      f"{cells} {r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} | {r['outside_load_cores']:.2f}"
                      f"{' (flagged)' if r['loaded_runs'] else ''} |")
+    lines.extend(_transport_lines(frame))
     lines.extend(_timeline_lines(frame))
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
 
