@@ -44,8 +44,8 @@ def test_a_sweep_on_dask_equals_the_local_run(scheduler, tmp_path, capsys):
 def test_progress_counts_the_whole_sweep_on_dask(scheduler):
     seen = []
     executor = parse_executor("dask://" + scheduler[len("tcp://"):])
-    out = executor.map(_square, 10, [1, 2, 3, 4], on_result=seen.append)
-    assert out == [11, 14, 19, 26] and sorted(seen) == out
+    out = executor.map(_square, 10, [1, 2, 3, 4], on_result=lambda index, result: seen.append((index, result)))
+    assert out == [11, 14, 19, 26] and sorted(seen) == list(enumerate(out))
 
 
 def _square(shared, item):
