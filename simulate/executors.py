@@ -23,6 +23,9 @@ CONNECT_TIMEOUT_S = 10.0  # a scheduler that does not answer within this is unre
 class LocalExecutor:
     """This machine's worker processes (:class:`~simulate.workers.WorkerPool`), ``jobs`` at a time."""
 
+    def check(self) -> None:
+        """Nothing to check: this machine is here."""
+
     def map(self, fn: Callable, shared, items: Sequence, *, jobs: int, on_result: Callable | None = None) -> list:
         """``[fn(shared, item) for item in items]``, computed in worker processes;
         ``on_result(index, result)`` is called in this process as each one arrives."""
@@ -62,6 +65,11 @@ class DaskExecutor:
             if futures:
                 client.cancel(futures)
             client.close()
+
+    def check(self) -> None:
+        """Connect to the scheduler and leave, so that an unreachable one fails before a sweep
+        starts (:class:`~tfbase.errors.UsageError` naming ``executor``)."""
+        self._connect().close()
 
     def _connect(self):
         try:

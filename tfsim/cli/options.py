@@ -175,18 +175,22 @@ def sweep_run(args: argparse.Namespace, outputs=None) -> dict:
 
 
 def sweep_journal(run: dict, sweeps) -> dict:
-    """``run`` (:func:`sweep_run`) with its journal checked against ``sweeps`` before they run
-    (a journal of another sweep, or one holding rows without --resume, exits 2 here), and a
-    line saying what a resumed run takes from it."""
+    """``run`` (:func:`sweep_run`) checked against ``sweeps`` before they run: the journal (one
+    of another sweep, or one holding rows without --resume, exits 2 here; a line says what a
+    resumed run takes from it) and, when anything is left to simulate, the executor's
+    scheduler (an unreachable one exits 2 here)."""
     from simulate.sweep_journal import open_journal
     from tfsim.cli.console import console
 
-    if run["journal"] is None:
-        return run
-    journal = open_journal(run["journal"], sweeps, resume=run["resume"])
-    if journal.finished:
-        console.say(f"resuming from {journal.path}: {journal.finished} of {journal.total} configurations done")
-    return {**run, "journal": journal}
+    journal = None
+    if run["journal"] is not None:
+        journal = open_journal(run["journal"], sweeps, resume=run["resume"])
+        if journal.finished:
+            console.say(f"resuming from {journal.path}: {journal.finished} of {journal.total} configurations done")
+        run = {**run, "journal": journal}
+    if journal is None or journal.finished < journal.total:
+        run["executor"].check()
+    return run
 
 
 def add_output_options(p: argparse.ArgumentParser) -> None:

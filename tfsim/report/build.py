@@ -246,6 +246,8 @@ def plan_report(request: ReportRequest) -> ReportPlan:
         raise UsageError("resume", "needs a journal to resume from")
     if request.journal is not None:  # checked against every sweep before any runs
         plan = dataclasses.replace(plan, journal=open_journal(request.journal, plan.sweeps, resume=request.resume))
+    if plan.journal is None or plan.journal.finished < plan.journal.total:
+        plan.executor.check()  # an unreachable scheduler fails here, before anything runs
     return plan
 
 
