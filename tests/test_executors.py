@@ -107,6 +107,31 @@ def test_a_bad_executor_is_one_line_naming_the_option_in_every_sweep_command(tmp
     assert not (tmp_path / "r").exists()
 
 
+def test_a_sweep_stopped_here_resumes_on_dask(scheduler, tmp_path, monkeypatch):
+    from tfbase.journal import JournalWriter
+
+    profile = tfprofile.load_profile(TINY)
+    options = dict(workers="1-3", transfer=["grpc", "fifo"], steps=80, warmup=10, seed=6)
+    whole = simulate.predict(profile, CLUSTER, **options, jobs=2)
+    journal = tmp_path / "sweep.journal"
+    original, written = JournalWriter.append, []
+
+    def append(self, record_id, value):  # a stop after two configurations
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        original(self, record_id, value)
+        written.append(record_id)
+
+    monkeypatch.setattr(JournalWriter, "append", append)
+    with pytest.raises(KeyboardInterrupt):
+        simulate.predict(profile, CLUSTER, **options, jobs=2, journal=journal)
+    monkeypatch.undo()
+    address = "dask://" + scheduler[len("tcp://"):]
+    resumed = simulate.predict(profile, CLUSTER, **options, executor=address, journal=journal, resume=True)
+    assert resumed.equals(whole) and len(written) == 2
+    assert journal.read_text().count("\n") == 1 + len(whole)
+
+
 def test_progress_counts_the_whole_sweep_on_dask(scheduler):
     seen = []
     executor = parse_executor("dask://" + scheduler[len("tcp://"):])

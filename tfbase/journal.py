@@ -135,7 +135,7 @@ def read_journal(path: str | os.PathLike, key: str) -> JournalState | None:
     try:
         with open(path, "rb") as handle:
             data = handle.read()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none there (check_journal_path says if one can be)
         return None
     except IsADirectoryError:
         raise InputError(path, "is a directory: a journal is a file") from None
