@@ -757,7 +757,7 @@ def predict(
         ``"dask://HOST:PORT"``, the scheduler of a Dask cluster (:mod:`simulate.executors`);
         the rows are the same either way.
     journal : path, optional
-        Record each configuration's row in this file as it finishes (docs/model.md §5.5), so
+        Record each configuration's row in this file as it finishes (docs/model.md §11.3), so
         that a sweep that is stopped (an error, a signal, a killed process) can be resumed.
     resume : bool
         With ``journal``: take the rows it already holds and simulate only the rest; the rows

@@ -6,7 +6,7 @@ record at a time, flushed to the disk). Run again with the journal and ``resume`
 those rows and simulates only the rest. Every row is a pure function of the sweep's inputs
 (each simulation is deterministic for its seed), and a row read back from the journal is the
 row that was written (JSON keeps a float to the last bit), so the tables, and every output
-made from them, are byte for byte those of an uninterrupted run (docs/model.md §5.5).
+made from them, are byte for byte those of an uninterrupted run (docs/model.md §11.3).
 
 A journal is keyed by a digest of everything that changes a row: the profile (every array),
 the cluster (its calibration and what-ifs; not the file it was read from), every
