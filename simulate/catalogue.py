@@ -11,7 +11,8 @@ A catalogue is a small TOML file, one ``[[type]]`` table per instance type::
 ``plan_catalogue`` predicts every type as the workers' and the parameter servers' host (one
 type for the whole cluster) with the cluster's calibration at the type's link rate (a
 what-if, as ``bandwidth_Bps``) and the profile's computation scaled, then adds each row's cost
-(:mod:`simulate.planning`). The cheapest that meets a target is :func:`simulate.cheapest` of it.
+(:mod:`simulate.planning`). Every type's sweep is checked before any runs, and all run as one
+batch (:func:`simulate.sweep.run_sweeps`). The cheapest that meets a target is :func:`simulate.cheapest` of it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import dataclasses
 import math
 
 from simulate.planning import Prices, add_costs
-from simulate.sweep import predict
+from simulate.sweep import plan_sweep, run_sweeps
 from simulate.whatif import check_compute_scale, scale_compute
 from tfbase.errors import InputError, UsageError
 from tfbase.fileio import read_input
@@ -91,20 +92,57 @@ def read_catalogue(path) -> list[InstanceType]:
     return types
 
 
-def plan_catalogue(profile, cluster, types: list[InstanceType], *, workers, examples: float | None = None,
-                   **predict_options):
-    """Predict every type of ``types`` as the whole cluster's host type and cost each row; one
-    DataFrame with an ``instance`` column. ``predict_options`` go to :func:`simulate.predict`."""
-    import pandas as pd
+@dataclasses.dataclass(frozen=True, eq=False)
+class CataloguePlan:
+    """The checked sweeps of a catalogue (:func:`plan_types`), one per instance type, ready to
+    run as one batch (:meth:`run`)."""
 
+    types: tuple[InstanceType, ...]
+    sweeps: tuple  # simulate.sweep.Sweep, one per type
+    servers: int  # the parameter servers each configuration rents
+    examples: float | None = None
+
+    def run(self, *, jobs: int = 1, progress: bool = False, executor=None, journal=None, resume: bool = False):
+        """Predict every type and cost each row; one DataFrame with an ``instance`` column.
+
+        ``jobs``, ``progress``, ``executor``, ``journal`` and ``resume`` are
+        :func:`simulate.sweep.run_sweeps`': every type's configurations share one pool (or
+        Dask cluster), one progress bar and one journal.
+        """
+        import pandas as pd
+
+        frames = []
+        for kind, frame in zip(self.types, run_sweeps(self.sweeps, jobs=jobs, progress=progress, executor=executor,
+                                                      journal=journal, resume=resume)):
+            frame = add_costs(frame, Prices(kind.price_usd_per_h, kind.price_usd_per_h), servers=self.servers,
+                              examples=self.examples)
+            frame.insert(0, "instance", kind.name)
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)
+
+
+def plan_types(profile, cluster, types: list[InstanceType], *, workers, examples: float | None = None,
+               **sweep_options) -> CataloguePlan:
+    """Check the sweep of every type of ``types`` as the whole cluster's host type (its link
+    rate as ``bandwidth_Bps``, its computation scale on the profile) before any runs;
+    ``sweep_options`` go to :func:`simulate.sweep.plan_sweep`."""
     if not types:
         raise UsageError("catalogue", "has no instance type")
-    frames = []
-    for kind in types:
-        frame = predict(scale_compute(profile, worker=kind.compute_scale, ps=kind.compute_scale), cluster,
-                        workers=workers, bandwidth_Bps=kind.link_Bps, **predict_options)
-        frame = add_costs(frame, Prices(kind.price_usd_per_h, kind.price_usd_per_h),
-                          servers=max(profile.graph.n_servers, 1), examples=examples)
-        frame.insert(0, "instance", kind.name)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    sweeps = tuple(plan_sweep(scale_compute(profile, worker=kind.compute_scale, ps=kind.compute_scale), cluster,
+                              workers=workers, bandwidth_Bps=kind.link_Bps, **sweep_options) for kind in types)
+    return CataloguePlan(tuple(types), sweeps, max(profile.graph.n_servers, 1), examples)
+
+
+def plan_catalogue(profile, cluster, types: list[InstanceType], *, workers, examples: float | None = None,
+                   jobs: int = 1, progress: bool = False, executor=None, journal=None, resume: bool = False,
+                   **sweep_options):
+    """Predict every type of ``types`` as the whole cluster's host type and cost each row; one
+    DataFrame with an ``instance`` column (:func:`plan_types`, then :meth:`CataloguePlan.run`).
+
+    ``sweep_options`` go to :func:`simulate.sweep.plan_sweep` (steps, warm-up, seed, mode, ...);
+    ``executor`` runs the configurations on a Dask cluster (``"dask://HOST:PORT"``), and
+    ``journal`` (with ``resume``) records them to resume a stopped plan, as in
+    :func:`simulate.predict`.
+    """
+    plan = plan_types(profile, cluster, types, workers=workers, examples=examples, **sweep_options)
+    return plan.run(jobs=jobs, progress=progress, executor=executor, journal=journal, resume=resume)

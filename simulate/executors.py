@@ -23,8 +23,12 @@ CONNECT_TIMEOUT_S = 10.0  # a scheduler that does not answer within this is unre
 class LocalExecutor:
     """This machine's worker processes (:class:`~simulate.workers.WorkerPool`), ``jobs`` at a time."""
 
+    def check(self) -> None:
+        """Nothing to check: this machine is here."""
+
     def map(self, fn: Callable, shared, items: Sequence, *, jobs: int, on_result: Callable | None = None) -> list:
-        """``[fn(shared, item) for item in items]``, computed in worker processes."""
+        """``[fn(shared, item) for item in items]``, computed in worker processes;
+        ``on_result(index, result)`` is called in this process as each one arrives."""
         from simulate.workers import WorkerPool
 
         with WorkerPool(min(jobs, len(items)), shared=shared) as pool:
@@ -43,7 +47,8 @@ class DaskExecutor:
 
     def map(self, fn: Callable, shared, items: Sequence, *, jobs: int = 1, on_result: Callable | None = None) -> list:
         """``[fn(shared, item) for item in items]``, computed by the cluster's workers (``jobs``
-        is the cluster's business: its workers and threads)."""
+        is the cluster's business: its workers and threads); ``on_result(index, result)`` is
+        called in this process as each one arrives."""
         client = self._connect()
         futures = []
         try:
@@ -52,13 +57,19 @@ class DaskExecutor:
             if on_result is not None:
                 from distributed import as_completed
 
+                index = {future.key: position for position, future in enumerate(futures)}
                 for future in as_completed(futures):
-                    on_result(future.result())
+                    on_result(index[future.key], future.result())
             return client.gather(futures)
         finally:
             if futures:
                 client.cancel(futures)
             client.close()
+
+    def check(self) -> None:
+        """Connect to the scheduler and leave, so that an unreachable one fails before a sweep
+        starts (:class:`~tfbase.errors.UsageError` naming ``executor``)."""
+        self._connect().close()
 
     def _connect(self):
         try:
@@ -73,8 +84,12 @@ class DaskExecutor:
                                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
 
-def parse_executor(text: str | None) -> LocalExecutor | DaskExecutor:
-    """``None`` or ``"local"``: this machine; ``"dask://HOST:PORT"``: a Dask scheduler.
+Executor = LocalExecutor | DaskExecutor
+
+
+def parse_executor(text: str | Executor | None) -> Executor:
+    """``None`` or ``"local"``: this machine; ``"dask://HOST:PORT"``: a Dask scheduler; an
+    executor is returned as it is.
 
     Examples
     --------
@@ -83,9 +98,13 @@ def parse_executor(text: str | None) -> LocalExecutor | DaskExecutor:
     >>> parse_executor(None)
     LocalExecutor()
     """
+    if isinstance(text, (LocalExecutor, DaskExecutor)):
+        return text
     if text is None or text == "local":
         return LocalExecutor()
-    text = str(text).strip()
+    if not isinstance(text, str):
+        raise UsageError("executor", f"give local or dask://HOST:PORT, not a {type(text).__name__}")
+    text = text.strip()
     if not text.startswith(DASK_SCHEME):
         raise UsageError("executor", f"{text!r}: give local or dask://HOST:PORT")
     host, colon, port = text[len(DASK_SCHEME):].rpartition(":")

@@ -8,6 +8,7 @@ when ``jobs > 1``; results do not depend on ``jobs``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -38,7 +39,7 @@ from simulate.config import (
     parse_enum,
 )
 from simulate.engine import SimRun, run
-from simulate.executors import LocalExecutor, parse_executor
+from simulate.executors import parse_executor
 from simulate.prepare import _priorities, check_strict_order, prepare
 from simulate.results import efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, run_in_child
@@ -221,12 +222,31 @@ def run_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     """Simulate one scenario; return its table row. With ``options["replicas"]`` = K > 1 the
     scenario is simulated K times, with seeds ``seed``, ``seed + 1``, .. (docs/model.md §5.2):
     the row's throughput is their mean, its interval their Student t interval, and it gives
-    their range."""
+    their range. The row holds plain Python values (no numpy scalars), as a journal gives it
+    back (:mod:`simulate.sweep_journal`)."""
     replicas = options.get("replicas", 1)
     if replicas == 1:
-        return _one_replica(profile, cluster, scenario, options)
+        return plain(_one_replica(profile, cluster, scenario, options))
     rows = [_one_replica(profile, cluster, scenario, {**options, "seed": options["seed"] + k}) for k in range(replicas)]
-    return combine_replicas(rows, seed=options["seed"])
+    return plain(combine_replicas(rows, seed=options["seed"]))
+
+
+def plain(value):
+    """``value`` with numpy scalars as Python numbers and arrays and tuples as lists, through
+    dicts and lists: what JSON holds, so that a row read back from a journal is the row.
+
+    Examples
+    --------
+    >>> plain({"a": np.float64(0.5), "b": [np.int64(3)], "c": (1, 2)})
+    {'a': 0.5, 'b': [3], 'c': [1, 2]}
+    """
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def combine_replicas(rows: Sequence[dict], *, seed: int) -> dict:
@@ -298,36 +318,81 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     }
 
 
-def _scenario_task(shared, scenario: Scenario) -> dict:
-    profile, cluster, options = shared
+def _batch_task(shared, item) -> dict:
+    part, scenario = item
+    profile, cluster, options = shared[part]
     return run_scenario(profile, cluster, scenario, options)
 
 
-def run_scenarios(profile: Profile, cluster: ClusterModel, scenarios: Sequence[Scenario], options: dict, *,
-                  jobs: int = 1, progress: bool = False, executor=None) -> list[dict]:
-    """Rows for every scenario, in the order given, simulated in ``jobs`` worker processes
-    (:class:`simulate.workers.WorkerPool`: one even for ``jobs`` = 1, so that a signal stops
-    the sweep at once), or by ``executor`` (:mod:`simulate.executors`: a Dask cluster)."""
-    if not scenarios:
-        return []
-    executor = LocalExecutor() if executor is None else executor
-    bar = None
-    if progress:
-        from tqdm import tqdm
+def run_sweeps(sweeps: Sequence[Sweep], *, jobs: int = 1, progress: bool = False, executor=None, journal=None,
+               resume: bool = False) -> list:
+    """Run several sweeps as one: their configurations share the worker processes (or the Dask
+    cluster), one progress bar counts them all, and one journal records them. One DataFrame
+    per sweep, each as :meth:`Sweep.run` would give it.
 
-        bar = tqdm(total=len(scenarios), desc="predict", unit="config", dynamic_ncols=True)
-    try:
+    Parameters
+    ----------
+    sweeps : sequence of Sweep
+        Checked sweeps (:func:`plan_sweep`).
+    jobs : int
+        Worker processes of this machine (:class:`simulate.workers.WorkerPool`: one even for
+        ``jobs`` = 1, so that a signal stops the sweep at once).
+    progress : bool
+        Show a progress bar over every configuration.
+    executor : str, executor or None
+        Where the configurations run (:func:`simulate.executors.parse_executor`: ``"local"``,
+        ``"dask://HOST:PORT"``); None: ``jobs`` processes of this machine.
+    journal : path or SweepJournal, optional
+        Record each finished configuration in this file as it finishes
+        (:mod:`simulate.sweep_journal`), so that an interrupted run can be resumed.
+    resume : bool
+        Take the configurations the journal already holds instead of simulating them again; the
+        journal must record these very sweeps (same profile, cluster and options).
+
+    Returns
+    -------
+    list of pandas.DataFrame
+        The same rows, to the last bit, whether run here, on a Dask cluster, or resumed.
+    """
+    from simulate.sweep_journal import SweepJournal, open_journal
+
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
+        raise UsageError("jobs", f"must be between 1 and {MAX_JOBS}, not {jobs}")
+    executor = parse_executor(executor)
+    if resume and journal is None:
+        raise UsageError("resume", "needs a journal to resume from")
+    if journal is not None and not isinstance(journal, SweepJournal):
+        journal = open_journal(journal, sweeps, resume=resume)
+    items = [(part, index) for part, sweep in enumerate(sweeps) for index in range(len(sweep.scenarios))]
+    rows: dict[tuple[int, int], dict] = {}
+    with contextlib.ExitStack() as stack:
+        append = None
+        if journal is not None:
+            done, append = stack.enter_context(journal.writing())
+            rows.update(done)
         # Larger configurations first, so the pool does not end waiting on one big run.
-        order = sorted(range(len(scenarios)), key=lambda i: -scenarios[i].workers)
-        done = executor.map(_scenario_task, (profile, cluster, options), [scenarios[i] for i in order], jobs=jobs,
-                            on_result=(lambda _: bar.update(1)) if bar is not None else None)
-        rows: list[dict | None] = [None] * len(scenarios)
-        for position, index in enumerate(order):
-            rows[index] = done[position]
-        return rows  # type: ignore[return-value]
-    finally:
-        if bar is not None:
-            bar.close()
+        todo = sorted((item for item in items if item not in rows),
+                      key=lambda item: -sweeps[item[0]].scenarios[item[1]].workers)
+        bar = None
+        if progress:
+            from tqdm import tqdm
+
+            bar = stack.enter_context(tqdm(total=len(items), initial=len(rows), desc="predict", unit="config",
+                                           dynamic_ncols=True))
+
+        def finished(position: int, row: dict) -> None:
+            rows[todo[position]] = row
+            if append is not None:
+                append(todo[position], row)
+            if bar is not None:
+                bar.update(1)
+
+        if todo:
+            executor.map(_batch_task, tuple((sweep.profile, sweep.cluster, sweep.options) for sweep in sweeps),
+                         [(part, sweeps[part].scenarios[index]) for part, index in todo], jobs=jobs,
+                         on_result=finished)
+    return [sweep.frame([rows[(part, index)] for index in range(len(sweep.scenarios))])
+            for part, sweep in enumerate(sweeps)]
 
 
 def parse_workers(text: str) -> list[int]:
@@ -385,16 +450,20 @@ class Sweep:
         """The sweep's estimated op events (what bounds its run time)."""
         return sweep_op_events(self.profile, self.scenarios, self.options, self.cluster)
 
-    def run(self, *, jobs: int = 1, progress: bool = False, executor=None):
+    def run(self, *, jobs: int = 1, progress: bool = False, executor=None, journal=None, resume: bool = False):
         """Simulate every configuration; one row each (see :func:`predict`). ``executor``: where
-        (:mod:`simulate.executors`; None: ``jobs`` processes of this machine)."""
+        (:mod:`simulate.executors`; None: ``jobs`` processes of this machine); ``journal`` and
+        ``resume``: record each finished configuration in a file, and resume from it
+        (:func:`run_sweeps`)."""
+        return run_sweeps([self], jobs=jobs, progress=progress, executor=executor, journal=journal,
+                          resume=resume)[0]
+
+    def frame(self, rows: Sequence[dict]):
+        """The sweep's table from its configurations' rows (in :attr:`scenarios`' order): the
+        rows, and each curve's saturation point marked."""
         import pandas as pd
 
-        if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS:
-            raise UsageError("jobs", f"must be between 1 and {MAX_JOBS}, not {jobs}")
-        rows = run_scenarios(self.profile, self.cluster, self.scenarios, self.options, jobs=jobs, progress=progress,
-                             executor=executor)
-        frame = pd.DataFrame(rows, columns=[c for c in ROW_COLUMNS if c != "saturated"])
+        frame = pd.DataFrame(list(rows), columns=[c for c in ROW_COLUMNS if c != "saturated"])
         frame["saturated"] = False
         for _, group in frame.groupby(["servers", "mode", "sharing", "policy"], sort=False):
             point = saturation_point(group["workers"].to_numpy(), group["throughput_eps"].to_numpy())
@@ -609,6 +678,8 @@ def predict(
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
+    journal: str | os.PathLike | None = None,
+    resume: bool = False,
 ):
     """Predict throughput over a sweep of configurations, one DataFrame row per configuration.
 
@@ -685,6 +756,15 @@ def predict(
         Where the configurations run: ``"local"`` (default: ``jobs`` processes here) or
         ``"dask://HOST:PORT"``, the scheduler of a Dask cluster (:mod:`simulate.executors`);
         the rows are the same either way.
+    journal : path, optional
+        Record each configuration's row in this file as it finishes (docs/model.md §11.3), so
+        that a sweep that is stopped (an error, a signal, a killed process) can be resumed.
+    resume : bool
+        With ``journal``: take the rows it already holds and simulate only the rest; the rows
+        are those of an uninterrupted run. A journal of another sweep is refused
+        (:class:`~tfbase.errors.InputError` naming the file); without ``resume`` a journal
+        that already holds rows is refused (:class:`~tfbase.errors.UsageError` naming
+        ``journal``).
 
     Returns
     -------
@@ -717,7 +797,8 @@ def predict(
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
                       worker_speed=worker_speed, replicas=replicas,
-                      enforcement=enforcement).run(jobs=jobs, progress=progress, executor=parse_executor(executor))
+                      enforcement=enforcement).run(jobs=jobs, progress=progress, executor=executor, journal=journal,
+                                                   resume=resume)
 
 
 def default_jobs() -> int:

@@ -102,13 +102,13 @@ class WorkerPool:
             self.kill()
             raise
 
-    def map(self, fn: Callable[[Any, Any], Any], items: Iterable, on_result: Callable[[int], None] | None = None
-            ) -> list:
+    def map(self, fn: Callable[[Any, Any], Any], items: Iterable,
+            on_result: Callable[[int, Any], None] | None = None) -> list:
         """``[fn(shared, item) for item in items]``, run in the workers, in the order given.
 
         ``fn`` must be a module-level function (it is pickled); an exception raised by ``fn``
-        is raised here, with the worker's traceback as its cause. ``on_result(index)`` is
-        called as each result arrives.
+        is raised here, with the worker's traceback as its cause. ``on_result(index, result)`` is
+        called as each result arrives (``index`` in ``items``).
         """
         pending = collections.deque(enumerate(items))
         results: dict[int, Any] = {}
@@ -146,7 +146,7 @@ class WorkerPool:
                     raise exc from RemoteTraceback(text)
                 results[reply[1]] = reply[2]
                 if on_result is not None:
-                    on_result(reply[1])
+                    on_result(reply[1], reply[2])
         return [results[i] for i in range(total)]
 
     def close(self) -> None:

@@ -1,6 +1,7 @@
 """Sweeps on a Dask cluster (simulate.executors): the same rows as the local run, progress for the
 whole sweep, and one-line errors for a bad or unreachable scheduler. Needs the ``dask`` extra."""
 
+import json
 import os
 
 import pytest
@@ -41,11 +42,101 @@ def test_a_sweep_on_dask_equals_the_local_run(scheduler, tmp_path, capsys):
     assert (tmp_path / "dask.json").read_bytes() == (tmp_path / "local.json").read_bytes()
 
 
+CATALOGUE = """\
+[[type]]
+name = "small"
+price = 0.40
+link = "1gbit"
+
+[[type]]
+name = "fast"
+price = 1.10
+link = "10gbit"
+compute_scale = 0.5
+"""
+
+
+def _tree(directory):
+    """Every file under ``directory`` by its relative path, with its bytes."""
+    return {str(path.relative_to(directory)): path.read_bytes() for path in sorted(directory.rglob("*"))
+            if path.is_file()}
+
+
+@pytest.mark.parametrize("command", ["compare", "report", "plan"])
+def test_compare_report_and_plan_on_dask_write_the_local_bytes(scheduler, tmp_path, capsys, command):
+    address = "dask://" + scheduler[len("tcp://"):]
+    common = [TINY, "--cluster", CLUSTER, "--workers", "1-3", "--steps", "60", "--seed", "3", "--no-progress"]
+    if command == "compare":
+        def argv(out):
+            return ["compare", *common, "--json", out / "c.json", "--csv", out / "c.csv", "--plot", out / "c.png"]
+    elif command == "report":
+        def argv(out):
+            return ["report", *common, "--warmup", "10", "--worker-speed", "1,0.5", "--price", "worker=1,ps=0.5",
+                    "--out", out]
+    else:
+        (tmp_path / "types.toml").write_text(CATALOGUE)
+
+        def argv(out):
+            return ["plan", *common, "--catalogue", tmp_path / "types.toml", "--target", "800", "--json",
+                    out / "plan.json"]
+    outputs = {}
+    for where, extra in (("local", ["--jobs", "2"]), ("dask", ["--executor", address])):
+        out = tmp_path / where
+        out.mkdir()
+        code, text, err = run([*argv(out), *extra], capsys)
+        assert code == 0, err
+        outputs[where] = (_tree(out), text.replace(str(out), "OUT"))
+    files, text = outputs["local"]
+    assert len(files) >= (3 if command == "compare" else 1) and all(files.values())
+    assert outputs["dask"] == outputs["local"]
+    if command == "plan":
+        assert json.loads(files["plan.json"])["plan"]["throughput_eps"] >= 800
+    if command == "report":
+        assert json.loads(files["report.json"])["stragglers"]["rows"]
+
+
+def test_a_bad_executor_is_one_line_naming_the_option_in_every_sweep_command(tmp_path, capsys):
+    (tmp_path / "types.toml").write_text(CATALOGUE)
+    for argv in (["predict", TINY, "--cluster", CLUSTER], ["compare", TINY, "--cluster", CLUSTER],
+                 ["report", TINY, "--cluster", CLUSTER, "--out", tmp_path / "r"],
+                 ["plan", TINY, "--cluster", CLUSTER, "--catalogue", tmp_path / "types.toml"]):
+        code, out, err = run([*argv, "--workers", "1", "--steps", "20", "--no-progress", "--executor", "ray://x:1"],
+                             capsys)
+        assert code == 2 and err == "tfsim: error: --executor: 'ray://x:1': give local or dask://HOST:PORT\n", argv
+        assert out == ""
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_sweep_stopped_here_resumes_on_dask(scheduler, tmp_path, monkeypatch):
+    from tfbase.journal import JournalWriter
+
+    profile = tfprofile.load_profile(TINY)
+    options = dict(workers="1-3", transfer=["grpc", "fifo"], steps=80, warmup=10, seed=6)
+    whole = simulate.predict(profile, CLUSTER, **options, jobs=2)
+    journal = tmp_path / "sweep.journal"
+    original, written = JournalWriter.append, []
+
+    def append(self, record_id, value):  # a stop after two configurations
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        original(self, record_id, value)
+        written.append(record_id)
+
+    monkeypatch.setattr(JournalWriter, "append", append)
+    with pytest.raises(KeyboardInterrupt):
+        simulate.predict(profile, CLUSTER, **options, jobs=2, journal=journal)
+    monkeypatch.undo()
+    address = "dask://" + scheduler[len("tcp://"):]
+    resumed = simulate.predict(profile, CLUSTER, **options, executor=address, journal=journal, resume=True)
+    assert resumed.equals(whole) and len(written) == 2
+    assert journal.read_text().count("\n") == 1 + len(whole)
+
+
 def test_progress_counts_the_whole_sweep_on_dask(scheduler):
     seen = []
     executor = parse_executor("dask://" + scheduler[len("tcp://"):])
-    out = executor.map(_square, 10, [1, 2, 3, 4], on_result=seen.append)
-    assert out == [11, 14, 19, 26] and sorted(seen) == out
+    out = executor.map(_square, 10, [1, 2, 3, 4], on_result=lambda index, result: seen.append((index, result)))
+    assert out == [11, 14, 19, 26] and sorted(seen) == list(enumerate(out))
 
 
 def _square(shared, item):
@@ -61,16 +152,23 @@ def test_executor_addresses():
         assert err.value.source == "executor"
 
 
-def test_an_unreachable_scheduler_is_one_line(capsys, monkeypatch):
+def test_an_unreachable_scheduler_is_one_line(capsys, monkeypatch, tmp_path):
     pytest.importorskip("distributed")
     import simulate.executors
 
     monkeypatch.setattr(simulate.executors, "CONNECT_TIMEOUT_S", 1.0)
-    code, _, err = run(["predict", TINY, "--cluster", CLUSTER, "--workers", "1", "--steps", "20", "--warmup", "2",
-                        "--no-progress", "--executor", "dask://127.0.0.1:9"], capsys)
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1, err
-    assert lines[0].startswith("tfsim: error: --executor: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    (tmp_path / "types.toml").write_text(CATALOGUE)
+    for argv in (["predict", TINY, "--cluster", CLUSTER, "--json", tmp_path / "p.json"],
+                 ["compare", TINY, "--cluster", CLUSTER, "--json", tmp_path / "c.json"],
+                 ["report", TINY, "--cluster", CLUSTER, "--out", tmp_path / "r"],
+                 ["plan", TINY, "--cluster", CLUSTER, "--catalogue", tmp_path / "types.toml", "--json",
+                  tmp_path / "plan.json"]):
+        code, _, err = run([*argv, "--workers", "1", "--steps", "60", "--executor",  # progress on: still one line
+                            "dask://127.0.0.1:9"], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, (argv[0], err)
+        assert lines[0].startswith("tfsim: error: --executor: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["types.toml"]  # no output written, no directory left
 
 
 def test_without_dask_the_executor_says_what_to_install(capsys):

@@ -254,6 +254,11 @@ class Outputs:
         """Plan a directory whose files are then planned with :meth:`OutputDirectory.file`."""
         return OutputDirectory(self, path, what)
 
+    def output_at(self, path: str | os.PathLike) -> Output | None:
+        """The planned output that writes ``path`` (followed through symbolic links), if any."""
+        target = os.path.realpath(os.fspath(path))
+        return next((o for o in self._outputs if o.target is not None and os.path.realpath(o.target) == target), None)
+
     @property
     def to_stdout(self) -> bool:
         """Whether one of the outputs is standard output (so the command prints its own text elsewhere)."""

@@ -12,7 +12,10 @@ from tfsim.cli.options import (
     add_output_options,
     add_replicas_option,
     add_seed_option,
+    add_sweep_options,
     positive_int,
+    sweep_journal,
+    sweep_run,
     task_hosts,
     with_latency,
 )
@@ -35,6 +38,7 @@ def register(sub) -> None:
     add_seed_option(p)
     add_replicas_option(p)
     add_output_options(p)
+    add_sweep_options(p)
     p.set_defaults(handler=run)
 
 
@@ -56,6 +60,7 @@ def run(args) -> int:
         json_out = outputs.file(args.json, "--json") if args.json else None
         plot_out = outputs.file(args.plot, "--plot", binary=True) if args.plot else None
         console.text_to_stderr = outputs.to_stdout
+        run_options = sweep_run(args, outputs)
 
         profile = load_profile(args.profile)
         cluster = with_latency(resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth")
@@ -73,9 +78,10 @@ def run(args) -> int:
         sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
                            warmup=min(50, args.steps // 5), cores=args.cores,
                            colocation=task_hosts(args), seed=args.seed, replicas=args.replicas)
+        run_options = sweep_journal(run_options, [sweep])
         console.release()
 
-        simulated = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        simulated = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, **run_options)
         base = baselines(profile, cluster, workers, args.mode)
         table = comparison_table(simulated, base, measured)
         out = console.out

@@ -140,6 +140,59 @@ def add_jobs_option(p: argparse.ArgumentParser) -> None:
                                                    "at most 8)")
 
 
+def add_sweep_options(p: argparse.ArgumentParser) -> None:
+    """--executor, --journal and --resume: where a sweep's configurations run, and resuming one
+    that was stopped (predict, compare, report and plan)."""
+    group = p.add_argument_group("large sweeps")
+    group.add_argument("--executor", metavar="local|dask://HOST:PORT",
+                       help="where the configurations run: local (default: --jobs processes here) or the scheduler "
+                            "of a running Dask cluster, whose workers have tfsim installed (pip install "
+                            "'tfsim[dask]'); the numbers are the same either way")
+    group.add_argument("--journal", type=Path, metavar="FILE",
+                       help="record each configuration in FILE as it finishes, so that a run that is stopped "
+                            "(Ctrl-C, SIGTERM, a killed process) can be resumed with --resume; FILE is not an "
+                            "output: it stays as it is when the run fails")
+    group.add_argument("--resume", action="store_true",
+                       help="with --journal: take the configurations FILE already holds and simulate only the rest; "
+                            "the outputs are those of an uninterrupted run. A journal of another sweep (another "
+                            "profile, cluster or option) is refused")
+
+
+def sweep_run(args: argparse.Namespace, outputs=None) -> dict:
+    """--executor, --journal and --resume as the library's ``executor``, ``journal`` and
+    ``resume``, the executor's address and the journal's path checked (not yet against a
+    sweep: :func:`sweep_journal`)."""
+    from simulate.executors import parse_executor
+    from tfbase.errors import InputError, UsageError
+
+    if args.resume and args.journal is None:
+        raise UsageError("resume", "needs --journal FILE, the journal to resume from")
+    if args.journal is not None and outputs is not None:
+        taken = outputs.output_at(args.journal)
+        if taken is not None:
+            raise InputError(args.journal, f"is also the {taken.what}: the journal needs a file of its own")
+    return {"executor": parse_executor(args.executor), "journal": args.journal, "resume": bool(args.resume)}
+
+
+def sweep_journal(run: dict, sweeps) -> dict:
+    """``run`` (:func:`sweep_run`) checked against ``sweeps`` before they run: the journal (one
+    of another sweep, or one holding rows without --resume, exits 2 here; a line says what a
+    resumed run takes from it) and, when anything is left to simulate, the executor's
+    scheduler (an unreachable one exits 2 here)."""
+    from simulate.sweep_journal import open_journal
+    from tfsim.cli.console import console
+
+    journal = None
+    if run["journal"] is not None:
+        journal = open_journal(run["journal"], sweeps, resume=run["resume"])
+        if journal.finished:
+            console.say(f"resuming from {journal.path}: {journal.finished} of {journal.total} configurations done")
+        run = {**run, "journal": journal}
+    if journal is None or journal.finished < journal.total:
+        run["executor"].check()
+    return run
+
+
 def add_output_options(p: argparse.ArgumentParser) -> None:
     """--jobs and the table, plot and progress options of predict and compare."""
     add_jobs_option(p)

@@ -9,8 +9,11 @@ from tfsim.cli.options import (
     add_latency_option,
     add_mode_option,
     add_seed_option,
+    add_sweep_options,
     jobs_count,
     positive_int,
+    sweep_journal,
+    sweep_run,
     with_latency,
 )
 
@@ -53,11 +56,12 @@ def register(sub) -> None:
     p.add_argument("--json", type=Path, metavar="OUT.json", help="write every costed configuration as JSON")
     p.add_argument("--jobs", type=jobs_count, help="parallel processes (default: the machine's cores)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_sweep_options(p)
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    from simulate.catalogue import plan_catalogue, read_catalogue
+    from simulate.catalogue import plan_types, read_catalogue
     from simulate.cluster_file import load_cluster
     from simulate.planning import cheapest, pareto_front
     from simulate.sweep import default_jobs
@@ -72,13 +76,15 @@ def run(args) -> int:
     with Outputs() as outputs:
         json_out = outputs.file(args.json, "--json") if args.json else None
         console.text_to_stderr = outputs.to_stdout
+        run_options = sweep_run(args, outputs)
         profile = load_profile(args.profile)
         cluster = with_latency(load_cluster(args.cluster), args.latency)
         types = read_catalogue(args.catalogue)
+        planned = plan_types(profile, cluster, types, workers=args.workers, examples=args.examples, mode=args.mode,
+                             steps=args.steps, warmup=min(50, args.steps // 5), seed=args.seed)
+        run_options = sweep_journal(run_options, planned.sweeps)
         console.release()
-        frame = plan_catalogue(profile, cluster, types, workers=args.workers, examples=args.examples,
-                               mode=args.mode, steps=args.steps, warmup=min(50, args.steps // 5), seed=args.seed,
-                               jobs=args.jobs or default_jobs(), progress=not args.no_progress)
+        frame = planned.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, **run_options)
         front = pareto_front(frame)
         show = front[["instance", "workers", "throughput_eps", "usd_per_hour", "usd_per_million_examples"]
                      + (["hours_per_epoch"] if args.examples else [])]

@@ -12,7 +12,10 @@ from tfsim.cli.options import (
     add_replicas_option,
     add_seed_option,
     add_steps_options,
+    add_sweep_options,
     positive_int,
+    sweep_journal,
+    sweep_run,
     task_hosts,
     with_latency,
 )
@@ -84,10 +87,7 @@ def register(sub) -> None:
                            "or every worker at a speed drawn from a lognormal of median 1 (seeded by --seed); async "
                            "workers wait for no one, a sync barrier waits for the slowest")
     add_output_options(p)
-    p.add_argument("--executor", metavar="local|dask://HOST:PORT",
-                   help="where the configurations run: local (default: --jobs processes here) or the scheduler of "
-                        "a running Dask cluster, whose workers have tfsim installed (pip install 'tfsim[dask]'); "
-                        "the numbers are the same either way")
+    add_sweep_options(p)
     p.set_defaults(handler=run)
 
 
@@ -105,7 +105,6 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
-    from simulate.executors import parse_executor
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -134,6 +133,7 @@ def run(args) -> int:
         plot_out = outputs.file(args.plot, "--plot", binary=True) if args.plot else None
         trace_out = outputs.file(args.trace_out, "--trace-out") if args.trace_out else None
         console.text_to_stderr = outputs.to_stdout
+        run_options = sweep_run(args, outputs)
 
         profile = scale_compute(load_profile(args.profile), worker=args.compute_scale, ps=args.ps_compute_scale)
         prices = Prices.parse(args.price) if args.price else None
@@ -154,7 +154,6 @@ def run(args) -> int:
         priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
                                               bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
         flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
-        executor = parse_executor(args.executor)
         sweep = plan_sweep(
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
@@ -169,9 +168,10 @@ def run(args) -> int:
         if trace_out is not None:
             plan_traced_run(profile, cluster, **trace_options, workers_parameter="trace_workers",
                             steps_parameter="trace_steps")
+        run_options = sweep_journal(run_options, [sweep])
         console.release()  # every input is checked: from here on, warnings and progress as they come
 
-        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, executor=executor)
+        frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, **run_options)
         model = profile.meta.get("model") or Path(args.profile).stem
         out = console.out
         print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "

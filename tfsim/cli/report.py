@@ -12,7 +12,9 @@ from tfsim.cli.options import (
     add_replicas_option,
     add_seed_option,
     add_steps_options,
+    add_sweep_options,
     positive_int,
+    sweep_run,
 )
 
 
@@ -60,6 +62,7 @@ def register(sub) -> None:
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write the report into")
     add_jobs_option(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar or stage messages")
+    add_sweep_options(p)
     p.set_defaults(handler=run)
 
 
@@ -77,11 +80,12 @@ def run(args) -> int:
         worker_speed=args.worker_speed, latency=args.latency,
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, timeline_run=args.timeline_run, jobs=args.jobs or default_jobs(),
-        progress=not args.no_progress)
+        progress=not args.no_progress, executor=args.executor, journal=args.journal, resume=args.resume)
     say = (lambda message: None) if args.no_progress else console.say
     with Outputs() as outputs:
         directory = outputs.directory(args.out, "--out")
         plan_report_files(directory, timeline=args.timeline_run is not None)
+        sweep_run(args, outputs)  # --resume without --journal, a journal that is one of the report's files
         _, page = make_report(request, directory, say, ready=console.release)
         outputs.commit()
     print(page)

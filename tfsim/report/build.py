@@ -23,9 +23,11 @@ from simulate.cluster import parse_latency
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baseline_parameters, baselines
 from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
+from simulate.executors import parse_executor
 from simulate.orderings import ORDER_REFERENCE, expand_random, ordering_priorities
 from simulate.planning import Prices, add_costs, pareto_front
-from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, trace_chunks, traced_run
+from simulate.sweep import parse_workers, plan_sweep, plan_traced_run, run_sweeps, trace_chunks, traced_run
+from simulate.sweep_journal import open_journal
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.units import parse_rate
 from tfprofile.profile_io import load_profile
@@ -33,7 +35,7 @@ from tfsim.comparison import check_measured_in_sweep, comparison_table, read_mea
 from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
-from tfsim.report.stragglers import StragglerPlan, plan_stragglers, run_stragglers
+from tfsim.report.stragglers import StragglerPlan, plan_stragglers, straggler_table
 from tfsim.report.timeline import build_timeline, check_timeline_run
 
 REPORT_ORDERS = (ORDER_REFERENCE, "http2", "fifo", "tic", "tac", "random")
@@ -67,6 +69,9 @@ class ReportRequest:
     progress: bool = True
     worker_speed: str | None = None  # stragglers: adds a section of async and sync with and without them
     latency: str | None = None  # a what-if one-way link latency (simulate.cluster.parse_latency)
+    executor: str | None = None  # where the sweep runs: local, or dask://HOST:PORT (simulate.executors)
+    journal: Path | None = None  # record each finished configuration here (simulate.sweep_journal)
+    resume: bool = False  # take the configurations the journal holds
 
     @property
     def hosts(self):
@@ -135,7 +140,7 @@ class Report:
     cost: object | None = None  # the reference rows with their cost (simulate.planning.add_costs), with --price
     ordering_reference: str = ORDER_REFERENCE  # what the orders' gains are measured against
     timeline: object | None = None  # a captured run beside its simulation (tfsim.report.timeline), with --timeline-run
-    stragglers: object | None = None  # async and sync with and without stragglers (stragglers.run_stragglers)
+    stragglers: object | None = None  # async and sync with and without stragglers (stragglers.straggler_table)
     straggler_plan: object | None = None  # what they were asked as (stragglers.StragglerPlan)
 
     @property
@@ -181,6 +186,13 @@ class ReportPlan:
     sweep: object  # simulate.sweep.Sweep
     gantt_limit: int  # the most workers a Gantt trace of this profile may hold
     stragglers: StragglerPlan | None = None  # the straggler section's sweeps, when asked for
+    executor: object = None  # where the sweeps run (simulate.executors)
+    journal: object = None  # the checked journal (simulate.sweep_journal.SweepJournal), or None
+
+    @property
+    def sweeps(self) -> tuple:
+        """Every sweep the report runs, as one batch: the prediction, then the straggler section's."""
+        return (self.sweep, *(self.stragglers.all_sweeps if self.stragglers is not None else ()))
 
 
 def plan_report(request: ReportRequest) -> ReportPlan:
@@ -228,8 +240,15 @@ def plan_report(request: ReportRequest) -> ReportPlan:
                                      transfer=reference, steps=request.steps, warmup=request.warmup,
                                      seed=request.seed, cores=request.cores, colocation=request.hosts)
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
-    return ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit,
-                      stragglers)
+    plan = ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit,
+                      stragglers, parse_executor(request.executor))
+    if request.resume and request.journal is None:
+        raise UsageError("resume", "needs a journal to resume from")
+    if request.journal is not None:  # checked against every sweep before any runs
+        plan = dataclasses.replace(plan, journal=open_journal(request.journal, plan.sweeps, resume=request.resume))
+    if plan.journal is None or plan.journal.finished < plan.journal.total:
+        plan.executor.check()  # an unreachable scheduler fails here, before anything runs
+    return plan
 
 
 def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None,
@@ -247,14 +266,18 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
 
     say(f"[2/4] predicting W = {request.workers} with {', '.join(report_transfers(reference))} "
         f"({request.steps} steps per worker)")
-    frame = plan.sweep.run(jobs=request.jobs, progress=request.progress)
+    if plan.stragglers is not None:
+        say(f"      and async and sync SGD with and without the stragglers ({request.worker_speed})")
+    if plan.journal is not None and plan.journal.finished:
+        say(f"      resuming from {plan.journal.path}: {plan.journal.finished} of {plan.journal.total} "
+            "configurations done")
+    frames = run_sweeps(plan.sweeps, jobs=request.jobs, progress=request.progress, executor=plan.executor,
+                        journal=plan.journal)
+    frame = frames[0]
     orderings = ordering_summary(frame)  # the page, orderings.csv and prediction.json state these gains
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
                                    extra=ordering_fields(orderings))
-    stragglers = None
-    if plan.stragglers is not None:
-        say(f"      and async and sync SGD with and without the stragglers ({request.worker_speed})")
-        stragglers = run_stragglers(plan.stragglers, jobs=request.jobs, progress=request.progress)
+    stragglers = straggler_table(plan.stragglers, frames[1:]) if plan.stragglers is not None else None
 
     say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
                                                if measured is not None else ""))

@@ -39,6 +39,12 @@ class StragglerPlan:
     speeds: WorkerSpeeds
     sweeps: tuple[tuple[Mode, Sweep, Sweep], ...]
 
+    @property
+    def all_sweeps(self) -> tuple[Sweep, ...]:
+        """Every sweep of the section, in the order :func:`straggler_table` takes their tables:
+        per mode, the even one, then the one with stragglers."""
+        return tuple(sweep for _, even, slowed in self.sweeps for sweep in (even, slowed))
+
 
 def plan_stragglers(profile, cluster, *, text: str, workers: list[int], transfer: str, steps: int, warmup: int,
                     seed: int, cores=None, colocation=None) -> StragglerPlan:
@@ -83,8 +89,17 @@ def plan_stragglers(profile, cluster, *, text: str, workers: list[int], transfer
     return StragglerPlan(text, speeds, tuple(sweeps))
 
 
-def run_stragglers(plan: StragglerPlan, *, jobs: int = 1, progress: bool = False):
-    """Run the section's sweeps; one row per (mode, W): both throughputs, and the loss.
+def run_stragglers(plan: StragglerPlan, *, jobs: int = 1, progress: bool = False, executor=None):
+    """Run the section's sweeps (:attr:`StragglerPlan.all_sweeps`, as one batch:
+    :func:`simulate.sweep.run_sweeps`, ``executor`` as there); :func:`straggler_table` of them."""
+    from simulate.sweep import run_sweeps
+
+    return straggler_table(plan, run_sweeps(plan.all_sweeps, jobs=jobs, progress=progress, executor=executor))
+
+
+def straggler_table(plan: StragglerPlan, frames):
+    """One row per (mode, W) from the tables of :attr:`StragglerPlan.all_sweeps`: both
+    throughputs, and the loss.
 
     ``loss`` is the fraction of the even cluster's throughput the stragglers cost (0.2: a fifth
     fewer examples/s); ``slowest_speed`` and ``mean_speed`` describe the W workers' speeds.
@@ -97,9 +112,9 @@ def run_stragglers(plan: StragglerPlan, *, jobs: int = 1, progress: bool = False
     import pandas as pd
 
     rows = []
-    for mode, even_sweep, slowed_sweep in plan.sweeps:
-        even = even_sweep.run(jobs=jobs, progress=progress).set_index("workers")
-        slowed = slowed_sweep.run(jobs=jobs, progress=progress).set_index("workers")
+    for k, (mode, _, _) in enumerate(plan.sweeps):
+        even = frames[2 * k].set_index("workers")
+        slowed = frames[2 * k + 1].set_index("workers")
         for w in sorted(even.index):
             speeds = plan.speeds(int(w))
             rows.append({
@@ -119,7 +134,7 @@ def straggler_figure(table, *, title: str):
     Parameters
     ----------
     table : pandas.DataFrame
-        :func:`run_stragglers`' rows.
+        :func:`straggler_table`'s rows.
     title : str
 
     Returns
@@ -142,7 +157,7 @@ def straggler_figure(table, *, title: str):
 
 def straggler_document(plan: StragglerPlan, table) -> dict:
     """The section's numbers for ``report.json``: the speeds asked for, those of the largest W,
-    and the rows of :func:`run_stragglers` (numbers as ``tfsim predict --json`` writes them, so
+    and the rows of :func:`straggler_table` (numbers as ``tfsim predict --json`` writes them, so
     that the two compare equal)."""
     from tfsim.prediction import prediction_rows
 
