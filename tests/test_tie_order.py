@@ -2,6 +2,8 @@
 ready at one instant on one slot take their turns in the profiled run's order, not by op index."""
 
 import dataclasses
+import json
+import warnings
 
 import numpy as np
 import pytest
@@ -9,12 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_engine import CLUSTER, CONFIG_SPACE, RPC, engine_vs_reference, make_profile, random_profiles
 
+import simulate
 from simulate.cluster import ClusterModel
 from simulate.cluster_file import load_cluster
 from simulate.config import SimConfig, TieOrder, Transfer
 from simulate.engine import run
 from simulate.prepare import KIND_TRANSFER, prepare
-from tfbase.errors import UsageError
+from tfbase.errors import TfsimWarning, UsageError
 from tfprofile import load_profile
 from tfprofile.dag import Resource
 from tfprofile.tictac import recorded_order
@@ -158,3 +161,44 @@ def test_grpc_replays_the_recorded_order_on_every_bundled_profile(bundled_profil
         assert keys == sorted(keys)
         by_index = [rank[op] for op in downlink_start_order(profile, cluster, TieOrder.INDEX) if op in rank]
         assert by_index != sorted(by_index)
+
+
+def test_the_cli_flag_selects_the_tie_order_and_the_json_says_which(data_dir, tmp_path, capsys):
+    from cli_runner import run as cli
+
+    def predict(command, *extra):
+        out_json = tmp_path / f"{command}.json"
+        warmup = ["--warmup", "12"] if command == "predict" else []  # compare's: min(50, steps // 5)
+        code, out, err = cli([command, data_dir / "profiles" / "resnet50.npz", "--cluster",
+                              data_dir / "clusters" / "lab-1gbit.json", "--workers", "2", "--steps", "60", *warmup,
+                              "--jobs", "1", "--no-progress", "--json", out_json, *extra], capsys)
+        assert code == 0, err
+        return json.loads(out_json.read_text()), out
+
+    default, _ = predict("predict")
+    recorded, _ = predict("predict", "--tie-order", "recorded")
+    index, out = predict("predict", "--tie-order", "index")
+    assert default == recorded and default["tie_order"] == "recorded" and index["tie_order"] == "index"
+    assert "queue by op index" in out
+    profile = load_profile(data_dir / "profiles" / "resnet50.npz")
+    cluster = load_cluster(data_dir / "clusters" / "lab-1gbit.json")
+    for document, tie_order in ((default, TieOrder.RECORDED), (index, TieOrder.INDEX)):
+        table = simulate.predict(profile, cluster, workers=2, steps=60, warmup=12, tie_order=tie_order)
+        # prediction rows keep 10 decimals (docs/formats.md §6)
+        assert document["rows"][0]["throughput_eps"] == pytest.approx(float(table["throughput_eps"].iloc[0]), rel=1e-10)
+    assert index["rows"][0]["throughput_eps"] != default["rows"][0]["throughput_eps"]
+    compared, _ = predict("compare", "--tie-order", "index")
+    assert compared["tie_order"] == "index"
+    assert compared["rows"][0]["tfsim"] == pytest.approx(index["rows"][0]["throughput_eps"], rel=1e-10)
+
+
+def test_a_bad_tie_order_exits_2_and_the_library_names_the_parameter(data_dir, capsys):
+    from cli_runner import run as cli
+
+    code, _, err = cli(["predict", data_dir / "profiles" / "tiny.npz", "--bandwidth", "1gbit", "--tie-order",
+                        "alphabetical", "--no-progress"], capsys)
+    assert code == 2 and "--tie-order" in err and "'alphabetical'" in err
+    with pytest.raises(UsageError) as info, warnings.catch_warnings():
+        warnings.simplefilter("ignore", TfsimWarning)
+        simulate.predict(load_profile(data_dir / "profiles" / "tiny.npz"), bandwidth_Bps=1e8, tie_order="alphabetical")
+    assert info.value.source == "tie_order"
