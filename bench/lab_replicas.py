@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """The lab's prediction from one seed against the mean of replicas, on saved lab settings:
-``python bench/lab_replicas.py SETTING_DIR [SETTING_DIR ...] [--replicas 5] [--steps 400]``.
+``python bench/lab_replicas.py SETTING_DIR [SETTING_DIR ...] [--replicas 5] [--steps 400]
+[--tie-order recorded|index]``.
 
 SETTING_DIR as for ``bench/lab_variants.py`` (``profile.npz``, ``CLUSTER.json``, its
 ``measure-w<W>-r<k>`` runs, measured with the lab's rule). The prediction is the lab's own
 (``grpc``, a host of one core per task, ``steps`` steps with the lab's warm-up), once with
 seed 0, as the lab predicted before replicas, and as the mean of ``--replicas`` seeds
-(docs/model.md §5.2), with the replicas' range. A study tool, not part of tfsim.
+(docs/model.md §5.2), with the replicas' range; ``--tie-order`` as ``tfsim predict``'s (docs/model.md
+§2.4; the saved profile's one-worker correction was fitted by the lab with the model of its day).
+A study tool, not part of tfsim.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def main() -> None:
     parser.add_argument("settings", type=Path, nargs="+")
     parser.add_argument("--replicas", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400, help="the lab's predict_steps")
+    parser.add_argument("--tie-order", choices=("recorded", "index"), default="recorded")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     for setting in args.settings:
@@ -42,7 +46,7 @@ def main() -> None:
                                    measured(setting))
         workers = sorted(truth)
         common = dict(workers=workers, transfer="grpc", steps=args.steps, warmup=min(50, args.steps // 5),
-                      colocation=TaskHosts(1.0, 1.0))
+                      colocation=TaskHosts(1.0, 1.0), tie_order=args.tie_order)
         single = predict(profile, cluster, **common)
         replicated = predict(profile, cluster, replicas=args.replicas, **common)
         errors = {"seed 0": [], f"{args.replicas} replicas": []}

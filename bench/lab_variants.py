@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Re-predict a lab setting's W = 1..N under model variants, against the lab's saved
-measurements: ``python bench/lab_variants.py SETTING_DIR [--workers 1-6] [--steps 1500]``.
+measurements: ``python bench/lab_variants.py SETTING_DIR [--workers 1-6] [--steps 1500] [--tie-order recorded|index]``.
 
 SETTING_DIR is a lab setting's directory with ``profile.npz`` (the profile the lab predicted
 from, one-worker correction applied), ``CLUSTER.json`` and its ``measure-w<W>-r<k>`` runs,
@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--quota", type=float, default=0.4, help="the lab's CPU quota per task (cores)")
     parser.add_argument("--variants", default="base,fcfs,noise0.03")
+    parser.add_argument("--tie-order", choices=("recorded", "index"), default="recorded",
+                        help="as tfsim predict's (docs/model.md §2.4)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     profile = load_profile(args.setting / "profile.npz")
@@ -84,7 +86,8 @@ def main() -> None:
         sweep.prepare = noisy_prepare(float(variant[len("noise"):])) if variant.startswith("noise") else prepare
         for seed in range(args.seeds):
             frame = sweep.predict(profile, cluster, workers=args.workers, transfer="grpc", sharing=sharing,
-                                  steps=args.steps, warmup=args.steps // 5, seed=seed, colocation=hosts)
+                                  steps=args.steps, warmup=args.steps // 5, seed=seed, colocation=hosts,
+                                  tie_order=args.tie_order)
             cells = []
             for w, t in zip(frame["workers"], frame["throughput_eps"]):
                 error = f" ({t / truth[w] - 1:+.1%})" if w in truth else ""

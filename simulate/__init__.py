@@ -39,6 +39,7 @@ _PUBLIC = {
     "Sharing": "simulate.config",
     "Transfer": "simulate.config",
     "Enforcement": "simulate.config",
+    "TieOrder": "simulate.config",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -77,8 +77,16 @@ class Enforcement(enum.Enum):
     STRICT = "strict"  # a transfer starts only after every lower-numbered one of its worker and link has started
 
 
+class TieOrder(enum.Enum):
+    """The order in which ops that become ready at one instant on one slot take their turns under
+    the ``fifo``, ``http2`` and ``grpc`` schedulers (docs/model.md §2.4)."""
+
+    RECORDED = "recorded"  # the profiled run's order: ops leading to an earlier-recorded parameter transfer first
+    INDEX = "index"        # ascending op index: the engine's own order, as before there was a choice
+
+
 def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
-    """The member of ``kind`` (``Mode``, ``Sharing``, ``Transfer``, ``Enforcement``) named by
+    """The member of ``kind`` (``Mode``, ``Sharing``, ``Transfer``, ``Enforcement``, ``TieOrder``) named by
     ``text``, or a one-line UsageError naming ``parameter``."""
     for member in kind:
         if member.value == text:
@@ -266,7 +274,10 @@ class SimConfig:
     all 1) is how fast each worker's host computes relative to the profiled one: a straggler
     at 0.5 takes twice as long for its computation and its parsing (docs/model.md §4.6).
     ``enforcement`` is how the ``priority`` scheduler enforces its order (docs/model.md
-    §3.3); the other schedulers have no order to enforce and ignore it.
+    §3.3); the other schedulers have no order to enforce and ignore it. ``tie_order`` is how
+    ``fifo``, ``http2`` and ``grpc`` queue the ops that become ready at one instant on one slot
+    (docs/model.md §2.4): in the profiled run's recorded order (the default; a profile that
+    records none keeps op-index order) or by op index; ``priority`` ignores it.
     """
 
     workers: int
@@ -282,10 +293,13 @@ class SimConfig:
     start_offsets_s: tuple[float, ...] | None = None
     worker_speed: tuple[float, ...] | None = None
     enforcement: Enforcement = Enforcement.WORK_CONSERVING
+    tie_order: TieOrder = TieOrder.RECORDED
 
     def __post_init__(self) -> None:
         if not isinstance(self.enforcement, Enforcement):
             raise UsageError("enforcement", f"must be an Enforcement, not {self.enforcement!r}")
+        if not isinstance(self.tie_order, TieOrder):
+            raise UsageError("tie_order", f"must be a TieOrder, not {self.tie_order!r}")
         if not isinstance(self.workers, int) or not 1 <= self.workers <= MAX_WORKERS:
             raise UsageError("workers", f"must be between 1 and {MAX_WORKERS}, not {self.workers}")
         if not isinstance(self.steps, int) or not 1 <= self.steps <= MAX_STEPS:

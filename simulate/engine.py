@@ -17,7 +17,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.codes import Direction, ParseLane, Scheduler, Share
-from simulate.config import Enforcement, Mode, Sharing, SimConfig, Transfer
+from simulate.config import Enforcement, Mode, Sharing, SimConfig, TieOrder, Transfer
 from simulate.kernel_io import KernelInputs, KernelOutputs
 from simulate.prepare import SimGraph, check_strict_order
 from tfprofile.dag import Resource
@@ -193,6 +193,41 @@ def strict_need(priority: np.ndarray, op_slot: np.ndarray, slot_link: np.ndarray
     return need
 
 
+def tie_ordered(groups: np.ndarray, ops: np.ndarray, op_slot: np.ndarray, tie_key: np.ndarray) -> np.ndarray:
+    """``ops`` in the order they are examined under the recorded tie order (docs/model.md §2.4).
+
+    ``ops`` is cut into groups (``groups``: one id per entry, e.g. the op whose successors they
+    are), each in ascending op index. Within a group the ops of one slot keep the places they
+    hold among the others and take them in ascending (``tie_key``, op index) order; ops of
+    different slots never trade places.
+
+    Parameters
+    ----------
+    groups, ops : numpy.ndarray
+        One group id and one op per entry, ``ops`` ascending within each group.
+    op_slot : numpy.ndarray
+        Each op's slot in a worker's layout.
+    tie_key : numpy.ndarray
+        Each op's key (:attr:`simulate.prepare.SimGraph.tie_key`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``ops`` re-ordered within each (group, slot).
+
+    Examples
+    --------
+    >>> ops = np.array([1, 2, 3, 4])  # one group; ops 1, 2 and 4 share slot 0
+    >>> tie_ordered(np.zeros(4), ops, np.array([0, 0, 0, 1, 0]), np.array([0.0, 5.0, 2.0, 0.0, 1.0]))
+    array([4, 2, 3, 1])
+    """
+    places = np.lexsort((np.arange(len(ops)), op_slot[ops], groups))
+    turns = np.lexsort((ops, tie_key[ops], op_slot[ops], groups))
+    out = np.empty_like(ops)
+    out[places] = ops[turns]
+    return out
+
+
 def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> KernelInputs:
     """Lay a run out for :func:`simulate.kernel.run_kernel`.
 
@@ -270,10 +305,17 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     if strict:
         check_strict_order(graph)
     need = strict_need(graph.priority, op_slot, slot_link) if strict else np.zeros(graph.n_ops, dtype=np.int64)
+    succ_idx = graph.succ_idx
+    roots = np.flatnonzero(graph.in_degree == 0).astype(np.int64)
+    if config.tie_order is TieOrder.RECORDED and config.transfer is not Transfer.PRIORITY:
+        # The priority scheduler has an order of its own to enforce; the others replay the profiled run's.
+        succ_idx = tie_ordered(np.repeat(np.arange(graph.n_ops), np.diff(graph.succ_ptr)), succ_idx, op_slot,
+                               graph.tie_key)
+        roots = tie_ordered(np.zeros(len(roots), dtype=np.int64), roots, op_slot, graph.tie_key)
     rng = np.random.default_rng(config.seed)
     samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
     return KernelInputs(
-        succ_ptr=graph.succ_ptr, succ_idx=graph.succ_idx, in_degree=graph.in_degree, op_slot=op_slot,
+        succ_ptr=graph.succ_ptr, succ_idx=succ_idx, roots=roots, in_degree=graph.in_degree, op_slot=op_slot,
         op_fifo_link=graph.fifo_link,
         work=graph.work, priority=graph.priority, strict=strict, need=need, samples=samples, n_slots=n_slots,
         slot_link=slot_link,

@@ -12,6 +12,9 @@ speed:
   change only when a link's or a host's set of busy workers changes; then only the chunks
   sharing that link (with several servers: that direction) or host are brought up to date
   and re-keyed. Everything else is untouched.
+- Ops that become ready at one event are examined in the order of ``succ_idx`` (an op's
+  successors) and ``roots`` (a step's start), which :func:`simulate.engine.kernel_inputs` lays
+  out: ascending op index, or per slot the recorded tie order (docs/model.md §2.4).
 - Ready ops wait in a ring buffer per slot (FIFO, and HTTP/2's round of streams), or, for
   an enforced transfer order, in a binary heap keyed by (priority, sequence number). Under
   strict enforcement (docs/model.md §3.3) the heap's first op starts only once as many
@@ -166,7 +169,7 @@ class Steps(NamedTuple):
     waiting: np.ndarray   # per (worker, op): predecessors not yet done
     ops_left: np.ndarray  # per worker
     k: np.ndarray         # per worker: the step it is in
-    roots: np.ndarray     # the ops without predecessors
+    roots: np.ndarray     # the ops without predecessors, in the order a step queues them
     started: np.ndarray   # per slot g: strict enforcement's count of the transfers started in this step
 
 
@@ -1105,7 +1108,7 @@ def new_state(inp: KernelInputs) -> State:
     n_links = inp.link_capacity_Bps.shape[0]
     n_hosts = inp.host_cores.shape[0]
     G = n_workers * n_slots
-    roots = np.flatnonzero(inp.in_degree == 0).astype(np.int64)
+    roots = inp.roots
 
     L = max(n_links, 1)
     n_entries = 2 * G + n_workers + L  # the last L: token timers (see Heap)

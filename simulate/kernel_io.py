@@ -17,8 +17,9 @@ class KernelInputs(NamedTuple):
     worker (see the module docstring), ``2M`` links, ``H`` hosts; -1 stands for none.
     """
 
-    succ_ptr: np.ndarray           # (n_ops + 1,) CSR successors of each op, ascending
-    succ_idx: np.ndarray
+    succ_ptr: np.ndarray           # (n_ops + 1,) CSR successors of each op, in the order they are examined
+    succ_idx: np.ndarray           # (docs/model.md §2.4: ascending, or tie-ordered per slot)
+    roots: np.ndarray              # the ops without predecessors, in the order a step queues them (the same rule)
     in_degree: np.ndarray          # (n_ops,) predecessors of each op
     op_slot: np.ndarray            # (n_ops,) each op's slot in a worker's layout
     op_fifo_link: np.ndarray       # (n_ops,) a message's link, whose queue it waits behind; -1 for others

@@ -17,6 +17,9 @@ Preparation is where the model's assumptions become data:
 - **The RPC chain** (docs/model.md §2.9), when the cluster has one: per server, four message
   ops, each a latency of its own that waits behind the queue of the link it crosses (RunGraph
   request, the worker's and the PS's RecvTensor requests, the RunGraph response).
+- **The recorded tie order** (docs/model.md §2.4): each op's tie key, the earliest median
+  recorded start among the parameter transfers it leads to, by which ops ready at one instant
+  on one slot take their turns (``TieOrder.RECORDED``).
 - **Link latency** (docs/model.md §11.2), when the cluster has a what-if one: a pure-delay op
   of that latency right after every transfer of the direction (before its parsing), so that
   its bytes reach the receiver that much later while the link is free for the next; each RPC
@@ -36,8 +39,9 @@ import numpy as np
 from simulate.cluster import ClusterModel, OverheadPlacement
 from simulate.codes import ParseLane
 from simulate.config import Mode
-from tfbase.errors import UsageError
+from tfbase.errors import InputError, UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
+from tfprofile.tictac import recorded_order
 
 KIND_COMPUTE, KIND_TRANSFER, KIND_OVERHEAD, KIND_MESSAGE, KIND_LATENCY = 0, 1, 2, 3, 4
 
@@ -61,6 +65,10 @@ class SimGraph:
         fifo_link: for a message op, the link whose queue it crosses (``m`` server m's
             downlink, ``M + m`` its uplink), else -1.
         n_servers: parameter servers M; batch_size: examples per worker step.
+        tie_key: the op's key in the recorded tie order (docs/model.md §2.4): the earliest
+            median recorded start among the parameter transfers it leads to (itself included);
+            inf for an op that leads to none, and for every op of a profile without a recorded
+            order (:func:`recorded_tie_key`).
     """
 
     resource: np.ndarray
@@ -77,8 +85,11 @@ class SimGraph:
     names: np.ndarray
     parse_lane: np.ndarray = None
     fifo_link: np.ndarray = None
+    tie_key: np.ndarray = None
 
     def __post_init__(self) -> None:
+        if self.tie_key is None:
+            object.__setattr__(self, "tie_key", np.full(len(self.resource), np.inf))
         if self.parse_lane is None:
             object.__setattr__(self, "parse_lane", np.full(len(self.resource), ParseLane.IN_LINE, dtype=np.int8))
         if self.fifo_link is None:
@@ -253,8 +264,64 @@ def prepare(
         sim = with_link_latency(sim, 0.0, 2 * (workers - 1) * cluster.latency_uplink_s)
     else:
         sim = with_link_latency(sim, cluster.latency_downlink_s, cluster.latency_uplink_s)
-    return sim if cluster.rpc is None else with_rpc_chain(sim, cluster.rpc, cluster.latency_downlink_s,
-                                                          cluster.latency_uplink_s)
+    if cluster.rpc is not None:
+        sim = with_rpc_chain(sim, cluster.rpc, cluster.latency_downlink_s, cluster.latency_uplink_s)
+    return dataclasses.replace(sim, tie_key=recorded_tie_key(profile, sim))
+
+
+def recorded_tie_key(profile: Profile, graph: SimGraph) -> np.ndarray:
+    """Each op's key in the recorded tie order (docs/model.md §2.4).
+
+    A parameter transfer's key is its median recorded start, as in the ``recorded`` order
+    (:func:`tfprofile.tictac.recorded_order`; never recorded: inf); a control transfer takes the
+    key of the parameter read it inherits its priority from (docs/model.md §8.5); every other op
+    the smallest key among the ops it leads to (a PS read, the variable it reads, a message
+    every transfer waits for), inf if it leads to no transfer with one. Under
+    ``TieOrder.RECORDED`` the ops that become ready at one instant on one slot take their turns
+    by this key, so that the PS reads the variables, and the link sends them, in the profiled
+    run's order.
+
+    Parameters
+    ----------
+    profile : Profile
+        The profile ``graph`` was prepared from.
+    graph : SimGraph
+        The prepared graph (any renumbering done: ``origin`` maps its transfers to the profile's).
+
+    Returns
+    -------
+    numpy.ndarray
+        One float per op of ``graph``; all inf when the profile has no recorded order (no
+        parameter transfer, or no recorded start).
+
+    Examples
+    --------
+    >>> import tfprofile, simulate
+    >>> profile = tfprofile.load_profile("data/profiles/tiny.npz")
+    >>> graph = prepare(profile, simulate.ClusterModel.from_bandwidth(125e6))
+    >>> down = (graph.kind == KIND_TRANSFER) & (graph.resource == Resource.DOWNLINK) & np.isfinite(graph.tie_key)
+    >>> [str(name)[5:] for name in graph.names[down][np.argsort(graph.tie_key[down], kind="stable")][:3]]
+    ['25_conv1/BiasAdd/ReadVariableOp', '22_conv1/Conv2D/ReadVariableOp', '24_conv1/Conv2D/ReadVariableOp']
+    >>> reads = {str(n): float(k) for n, k in zip(graph.names, graph.tie_key)}  # a transfer, its read, its variable
+    >>> reads["conv1/BiasAdd/ReadVariableOp"] == reads["conv1/biases"] == reads["edge_25_conv1/BiasAdd/ReadVariableOp"]
+    True
+    """
+    key = np.full(graph.n_ops, np.inf)
+    try:
+        order = recorded_order(profile)
+    except InputError:  # nothing to order, or nothing recorded: op-index order
+        return key
+    by_origin = np.full(profile.graph.n_ops, np.inf)
+    by_origin[order.recv] = order.key
+    inherits = order.control_source >= 0
+    by_origin[order.control[inherits]] = by_origin[order.control_source[inherits]]
+    transfers = graph.kind == KIND_TRANSFER
+    key[transfers] = by_origin[graph.origin[transfers]]
+    ptr, idx = graph.succ_ptr, graph.succ_idx
+    for op in range(graph.n_ops - 1, -1, -1):  # successors first: ops are in topological order
+        if ptr[op + 1] > ptr[op]:
+            key[op] = min(key[op], key[idx[ptr[op]:ptr[op + 1]]].min())
+    return key
 
 
 def with_link_latency(graph: SimGraph, downlink_s: float, uplink_s: float) -> SimGraph:

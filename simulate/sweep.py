@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import math
 import os
 import warnings
@@ -32,6 +33,7 @@ from simulate.config import (
     Mode,
     Sharing,
     SimConfig,
+    TieOrder,
     Transfer,
     WorkerSpeeds,
     host_model,
@@ -93,7 +95,8 @@ def staggered_starts(profile: Profile, workers: int, stagger: float) -> tuple[fl
 def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *, steps: int, warmup: int,
                  seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
                  trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None,
-                 enforcement: Enforcement = Enforcement.WORK_CONSERVING) -> SimRun:
+                 enforcement: Enforcement = Enforcement.WORK_CONSERVING,
+                 tie_order: TieOrder = TieOrder.RECORDED) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
@@ -109,7 +112,7 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                        colocation=colocation, trace_steps=trace_steps,
                        start_offsets_s=staggered_starts(profile, scenario.workers, stagger),
                        worker_speed=worker_speed(scenario.workers) if worker_speed is not None else None,
-                       enforcement=enforcement)
+                       enforcement=enforcement, tie_order=tie_order)
     try:
         return run(graph, cluster, config)
     except ValueError as exc:
@@ -128,7 +131,8 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                           warmup=options["warmup"], seed=options["seed"], flow_cap_Bps=options.get("flow_cap_Bps"),
                           colocation=options.get("colocation"), stagger=options.get("stagger", 0.0),
                           worker_speed=options.get("worker_speed"),
-                          enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING))
+                          enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
+                          tie_order=options.get("tie_order", TieOrder.RECORDED))
     graph = result.graph
     efficiency = math.nan
     if with_efficiency:
@@ -170,7 +174,8 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
                     sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                     colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                     stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-                    workers_parameter: str = "workers", steps_parameter: str = "steps") -> dict:
+                    tie_order: str | TieOrder = TieOrder.RECORDED, workers_parameter: str = "workers",
+                    steps_parameter: str = "steps") -> dict:
     """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
     that set W and the steps; the arguments of :func:`simulate_one` that run it."""
     check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
@@ -182,21 +187,23 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
     scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
                         priorities.get(transfer))
     colocation = host_model(colocation, cores)
-    enforcement = _enforcement(enforcement)
+    enforcement = _as_member(Enforcement, enforcement, "enforcement")
+    tie_order = _as_member(TieOrder, tie_order, "tie_order")
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
-               "stagger": stagger, "max_steps": steps, "enforcement": enforcement}
+               "stagger": stagger, "max_steps": steps, "enforcement": enforcement, "tie_order": tie_order}
     _check_scenario(profile, cluster, scenario, options)
     check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers",
                  workers_parameter)
     return {"profile": profile, "cluster": cluster, "scenario": scenario, "steps": steps, "warmup": 0, "seed": seed,
             "flow_cap_Bps": flow_cap_Bps, "colocation": colocation, "stagger": stagger, "trace_steps": steps,
-            "enforcement": enforcement}
+            "enforcement": enforcement, "tie_order": tie_order}
 
 
 def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
-               stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING) -> SimRun:
+               stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
+               tie_order: str | TieOrder = TieOrder.RECORDED) -> SimRun:
     """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
     :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
 
@@ -209,7 +216,8 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
     arguments = plan_traced_run(profile, cluster, workers=workers, transfer=transfer, priorities=priorities,
                                 sharing=sharing, mode=mode, servers=servers, cores=cores, colocation=colocation,
                                 steps=steps, seed=seed,
-                                flow_cap_Bps=flow_cap_Bps, stagger=stagger, enforcement=enforcement)
+                                flow_cap_Bps=flow_cap_Bps, stagger=stagger, enforcement=enforcement,
+                                tie_order=tie_order)
     return run_in_child(_traced, arguments)
 
 
@@ -530,7 +538,8 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
               colocation=colocation, start_offsets_s=staggered_starts(profile, scenario.workers,
                                                                       options.get("stagger", 0.0)),
               worker_speed=options["worker_speed"](scenario.workers) if options.get("worker_speed") else None,
-              enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING))
+              enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
+              tie_order=options.get("tie_order", TieOrder.RECORDED))
     if colocation is not None and len(colocation.server_host) != (servers or max(profile.graph.n_servers, 1)):
         raise UsageError("colocation", f"colocation places {len(colocation.server_host)} servers, not "
                                        f"{servers or max(profile.graph.n_servers, 1)}")
@@ -542,13 +551,13 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
                                        servers=scenario.servers, priorities=scenario.priorities))
 
 
-def _enforcement(value: str | Enforcement) -> Enforcement:
-    """``enforcement`` as an :class:`~simulate.config.Enforcement`, or a UsageError naming it."""
-    if isinstance(value, Enforcement):
+def _as_member(kind: type[enum.Enum], value, parameter: str):
+    """``value`` as a member of ``kind`` (itself, or its value), or a UsageError naming ``parameter``."""
+    if isinstance(value, kind):
         return value
     if isinstance(value, str):
-        return parse_enum(Enforcement, value, "enforcement")
-    raise UsageError("enforcement", f"must be 'work-conserving' or 'strict', not {value!r}")
+        return parse_enum(kind, value, parameter)
+    raise UsageError(parameter, f"must be {' or '.join(repr(m.value) for m in kind)}, not {value!r}")
 
 
 def plan_sweep(
@@ -574,6 +583,7 @@ def plan_sweep(
     worker_speed: WorkerSpeeds | None = None,
     replicas: int = 1,
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
+    tie_order: str | TieOrder = TieOrder.RECORDED,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -640,7 +650,9 @@ def plan_sweep(
         raise UsageError("worker_speed", f"must be a WorkerSpeeds, not {type(worker_speed).__name__}")
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
-               "worker_speed": worker_speed, "replicas": int(replicas), "enforcement": _enforcement(enforcement)}
+               "worker_speed": worker_speed, "replicas": int(replicas),
+               "enforcement": _as_member(Enforcement, enforcement, "enforcement"),
+               "tie_order": _as_member(TieOrder, tie_order, "tie_order")}
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
         key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)
@@ -675,6 +687,7 @@ def predict(
     worker_speed: WorkerSpeeds | None = None,
     replicas: int = 1,
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
+    tie_order: str | TieOrder = TieOrder.RECORDED,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
@@ -748,6 +761,12 @@ def predict(
         §5.1) starts a transfer only after every lower-numbered one of its worker and link
         has started, and refuses an order under which that would deadlock. Other schedulers
         ignore it.
+    tie_order : {"recorded", "index"} or TieOrder
+        How the ``fifo``, ``http2`` and ``grpc`` schedulers queue the ops that become ready at
+        one instant on one slot (docs/model.md §2.4): ``recorded`` (the default) replays the
+        profiled run's order, the parameter transfers (and the PS ops that send them) by their
+        median recorded start; ``index``, ascending op index, the engine's own order. A profile
+        without recorded starts gets op-index order either way; ``priority`` ignores it.
     jobs : int
         Parallel processes.
     progress : bool
@@ -797,8 +816,9 @@ def predict(
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
                       worker_speed=worker_speed, replicas=replicas,
-                      enforcement=enforcement).run(jobs=jobs, progress=progress, executor=executor, journal=journal,
-                                                   resume=resume)
+                      enforcement=enforcement, tie_order=tie_order).run(jobs=jobs, progress=progress,
+                                                                        executor=executor, journal=journal,
+                                                                        resume=resume)
 
 
 def default_jobs() -> int:

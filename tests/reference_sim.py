@@ -18,7 +18,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.codes import ParseLane
-from simulate.config import Enforcement, Mode, Sharing, SimConfig, Transfer
+from simulate.config import Enforcement, Mode, Sharing, SimConfig, TieOrder, Transfer
 from tfprofile.dag import Resource
 
 
@@ -252,6 +252,21 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             add(w, op)
             enqueue_chunk(w, r)  # w becomes active
 
+    # docs/model.md §2.4: ops that become ready at one instant are examined in ascending op index;
+    # under the recorded tie order (not for the priority scheduler) the ops of one resource
+    # among them take those places in ascending (tie key, op index) order.
+    tied = config.tie_order is TieOrder.RECORDED and config.transfer is not Transfer.PRIORITY
+
+    def release(w, ops):
+        ops = sorted(ops)
+        if tied:
+            turns = {}
+            for op in sorted(ops, key=lambda o: (float(graph.tie_key[o]), o)):
+                turns.setdefault(res_of[op], []).append(op)
+            ops = [turns[res_of[op]].pop(0) for op in ops]
+        for op in ops:
+            start(w, op)
+
     def start_step(w):
         step_start[w][step[w]] = now
         for key in list(started):
@@ -260,8 +275,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
         for op in range(graph.n_ops):
             waiting[(w, op)] = n_preds[op]
         ops_left[w] = graph.n_ops
-        for op in roots:
-            start(w, op)
+        release(w, roots)
 
     offsets = config.start_offsets_s or (0.0,) * W
     starts = sorted((numeric(offsets[w]), w) for w in range(W) if offsets[w] > 0)
@@ -386,10 +400,12 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
                     seq[0] += 1
         if nxt.is_last:
             ops_left[w] -= 1
+            ready = []
             for d in succ[nxt.op]:
                 waiting[(w, d)] -= 1
                 if waiting[(w, d)] == 0:
-                    start(w, d)
+                    ready.append(d)
+            release(w, ready)
         if not any(x.worker == w and x.resource == r for x in Q):
             take_next(w, r)
         if ops_left[w] == 0:

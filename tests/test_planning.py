@@ -258,10 +258,14 @@ def test_a_link_latency_what_if_delays_each_dependent_transfer(tmp_path, capsys)
     plain, none = step_s()
     both, latency = step_s("--latency", "1ms")
     assert none is None and latency == {"downlink": 0.001, "uplink": 0.001}
-    slack = 1e-12  # the step times are rounded sums of floats
-    assert 0.0018 < both - plain <= 0.002 + slack
-    assert 0.0009 < step_s("--latency", "down=1ms")[0] - plain <= 0.001 + slack
-    assert 0.0009 < step_s("--latency", "up=1ms")[0] - plain <= 0.001 + slack
+    slack = 1e-9  # the step times are rounded sums of floats
+    down = step_s("--latency", "down=1ms")[0] - plain
+    up = step_s("--latency", "up=1ms")[0] - plain
+    # Transfers leave in the recorded order (docs/model.md §2.4): the tensor the worker needs last
+    # comes last, and part of its delay overlaps the computation of the layers before it.
+    assert 0.0005 < down <= 0.001 + slack
+    assert 0.0009 < up <= 0.001 + slack
+    assert both - plain == pytest.approx(down + up, abs=slack)
     assert step_s("--latency", "0")[0] == plain
     report = tmp_path / "with-latency"
     assert main(["report", tiny, "--bandwidth", "1gbit", "--workers", "1", "--steps", "300", "--jobs", "1",

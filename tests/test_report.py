@@ -181,6 +181,41 @@ def test_prediction_matches_tfsim_predict(report_dir, data_dir, tmp_path, capsys
         assert all(value in page for value in shown), policy
 
 
+def test_the_what_if_shows_each_order_under_both_enforcements_as_predict_does(report_dir, data_dir, tmp_path,
+                                                                              capsys):
+    """The what-if's gains under work-conserving and under strict enforcement are, to the digit,
+    tfsim predict --enforcement E's; --enforcement strict makes the report's own prediction
+    predict's strict one, with the work-conserving gains beside it."""
+    document = json.loads((report_dir / "report.json").read_text())
+    transfers = f"{document['headline']['reference_policy']},recorded,http2,fifo,tic,tac,random"
+    common = ["--cluster", data_dir / "clusters" / "lab-1gbit.json", "--workers", "1-3", "--steps", "60",
+              "--warmup", "5", "--seed", "3", "--jobs", "1", "--no-progress"]
+    code, out, err = run(["predict", data_dir / "profiles" / "tiny.npz", *common, "--transfer", transfers,
+                          "--enforcement", "strict", "--json", tmp_path / "strict.json"], capsys)
+    assert code == 0, err
+    assert "enforced strictly" in out
+    strict_prediction = json.loads((tmp_path / "strict.json").read_text())
+    by_enforcement = document["orderings_by_enforcement"]
+    assert set(by_enforcement) == {"work-conserving", "strict"} and document["strict_refused"] == []
+    assert by_enforcement["work-conserving"] == document["prediction"]["orderings"]
+    assert by_enforcement["strict"] == strict_prediction["orderings"]
+    assert by_enforcement["strict"] != by_enforcement["work-conserving"]  # the gain depends on it
+    page = (report_dir / "report.html").read_text()
+    assert "mean gain over recorded, strict" in page and "mean gain over recorded, work-conserving" in page
+    for row in by_enforcement["strict"]:
+        assert f"{round(row['mean_gain'] * 100, 1) + 0.0:+.1f}%" in page, row["policy"]
+
+    out_dir = tmp_path / "strict-report"
+    code, _, err = run(["report", data_dir / "profiles" / "tiny.npz", *common, "--enforcement", "strict",
+                        "--out", out_dir], capsys)
+    assert code == 0, err
+    assert (out_dir / "prediction.json").read_bytes() == (tmp_path / "strict.json").read_bytes()
+    strict_document = json.loads((out_dir / "report.json").read_text())
+    assert strict_document["inputs"]["enforcement"] == "strict"
+    assert "--enforcement strict" in strict_document["inputs"]["command"]
+    assert strict_document["orderings_by_enforcement"] == by_enforcement
+
+
 def test_same_inputs_same_bytes(report_dir, data_dir, tmp_path):
     """Another process, another hash seed, two parallel jobs: every file identical."""
     out = tmp_path / "again"
@@ -455,3 +490,23 @@ def test_replicated_report_is_replicated_predict(data_dir, tmp_path, capsys):
     assert (tmp_path / "p.json").read_bytes() == (tmp_path / "r" / "prediction.json").read_bytes()
     rows = json.loads((tmp_path / "p.json").read_text())["rows"]
     assert {row["replicas"] for row in rows} == {2}
+
+
+def test_the_tie_order_reaches_every_simulation_of_the_report(data_dir):
+    """--tie-order index: the report's command line says so, and its sweeps are planned with it."""
+    from simulate.config import Enforcement, TieOrder
+    from tfsim.report.build import ReportRequest, plan_report
+
+    request = ReportRequest(profile_path=data_dir / "profiles" / "tiny.npz",
+                            cluster_path=data_dir / "clusters" / "lab-1gbit.json", workers="1-2", steps=40, warmup=5,
+                            tie_order=TieOrder.INDEX, worker_speed="1,0.5")
+    assert request.command_line().endswith("--worker-speed 1,0.5 --tie-order index")
+    plan = plan_report(request)
+    assert plan.sweep.options["tie_order"] is TieOrder.INDEX
+    assert plan.sweep.options["enforcement"] is Enforcement.WORK_CONSERVING
+    assert plan.other_sweep.options["tie_order"] is TieOrder.INDEX
+    assert plan.other_sweep.options["enforcement"] is Enforcement.STRICT
+    assert {sc.policy for sc in plan.other_sweep.scenarios} == {"recorded", "tic", "tac"} | {
+        f"random#{k}" for k in range(5)}
+    assert all(sweep.options["tie_order"] is TieOrder.INDEX for _, *sweeps in plan.stragglers.sweeps
+               for sweep in sweeps)

@@ -12,6 +12,7 @@ import json
 import math
 import os
 
+from simulate.config import Enforcement, TieOrder
 from simulate.orderings import (
     ORDER_REFERENCE,
     RANDOM_PREFIX,
@@ -55,6 +56,27 @@ def prediction_document(frame, *, profile_path, cluster, extra: dict | None = No
         "rows": rows,
         **(extra or {}),
     }
+
+
+def prediction_settings(enforcement: Enforcement, tie_order: TieOrder) -> dict:
+    """The settings a prediction document states beside its rows: the tie order always (its
+    default changed what ``fifo``, ``http2`` and ``grpc`` predict), the enforcement only when
+    strict, so that a work-conserving prediction reads as before."""
+    out = {} if enforcement is Enforcement.WORK_CONSERVING else {"enforcement": enforcement.value}
+    out["tie_order"] = tie_order.value
+    return out
+
+
+def settings_sentences(enforcement: Enforcement, tie_order: TieOrder) -> list[str]:
+    """The lines ``tfsim predict`` prints above its table about settings away from their default."""
+    out = []
+    if enforcement is Enforcement.STRICT:
+        out.append("priority orders enforced strictly: a transfer starts only after every lower-numbered transfer "
+                   "of its worker and link has started")
+    if tie_order is TieOrder.INDEX:
+        out.append("transfers ready at one instant queue by op index (--tie-order index), not in the profiled "
+                   "run's order")
+    return out
 
 
 def format_table(frame) -> str:
@@ -198,6 +220,11 @@ def _records(frame) -> list[dict]:
         return value.item() if hasattr(value, "item") else value
 
     return [{key: plain(value) for key, value in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def ordering_records(summary) -> list[dict]:
+    """The order table (:func:`ordering_summary`) as JSON records, gains at full precision."""
+    return _records(summary)
 
 
 def ordering_fields(summary) -> dict:

@@ -13,6 +13,7 @@ from tfsim.cli.options import (
     add_replicas_option,
     add_seed_option,
     add_sweep_options,
+    add_tie_order_option,
     positive_int,
     sweep_journal,
     sweep_run,
@@ -37,6 +38,7 @@ def register(sub) -> None:
     p.add_argument("--steps", type=positive_int, default=600, help="simulated steps per worker (default: 600)")
     add_seed_option(p)
     add_replicas_option(p)
+    add_tie_order_option(p)
     add_output_options(p)
     add_sweep_options(p)
     p.set_defaults(handler=run)
@@ -77,7 +79,8 @@ def run(args) -> int:
             raise InputError(args.profile, err.problem) from None
         sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
                            warmup=min(50, args.steps // 5), cores=args.cores,
-                           colocation=task_hosts(args), seed=args.seed, replicas=args.replicas)
+                           colocation=task_hosts(args), seed=args.seed, replicas=args.replicas,
+                           tie_order=args.tie_order)
         run_options = sweep_journal(run_options, [sweep])
         console.release()
 
@@ -98,7 +101,8 @@ def run(args) -> int:
         if json_out is not None:
             rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
                     for row in table.to_dict(orient="records")]
-            write_json(json_out, {"format": "tfsim.comparison/1", "mode": args.mode, "rows": rows})
+            write_json(json_out, {"format": "tfsim.comparison/1", "mode": args.mode, "tie_order": args.tie_order,
+                                  "rows": rows})
         if plot_out is not None:
             save_figure(throughput_figure(simulated, baselines=base, measured=measured,
                                           title=f"{profile.meta.get('model') or Path(args.profile).stem}: "

@@ -135,6 +135,23 @@ def add_replicas_option(p: argparse.ArgumentParser) -> None:
                         "phase patterns, which one run's interval does not show (default: 1)")
 
 
+def add_tie_order_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tie-order", choices=("recorded", "index"), default="recorded",
+                   help="how the grpc, http2 and fifo models queue transfers (and the PS ops that send them) that "
+                        "become ready at one instant: recorded (default: in the profiled run's order, each "
+                        "parameter transfer by its median recorded start; op-index order for a profile that "
+                        "records none) or index (ascending op index, the engine's own order, as before this "
+                        "option)")
+
+
+def add_enforcement_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--enforcement", choices=("work-conserving", "strict"), default="work-conserving",
+                   help="how the priority scheduler enforces an order: work-conserving (default: the lowest number "
+                        "among the transfers waiting goes first, none waits for one not yet ready) or strict "
+                        "(TicTac's: a transfer starts only after every lower-numbered transfer of its worker and "
+                        "link has started)")
+
+
 def add_jobs_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=jobs_count, help="parallel processes, at most 256 (default: the machine's cores, "
                                                    "at most 8)")

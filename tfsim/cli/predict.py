@@ -7,12 +7,14 @@ from pathlib import Path
 from tfbase.errors import UsageError
 from tfsim.cli.options import (
     add_cluster_options,
+    add_enforcement_option,
     add_mode_option,
     add_output_options,
     add_replicas_option,
     add_seed_option,
     add_steps_options,
     add_sweep_options,
+    add_tie_order_option,
     positive_int,
     sweep_journal,
     sweep_run,
@@ -49,11 +51,8 @@ def register(sub) -> None:
     p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")
-    p.add_argument("--enforcement", choices=("work-conserving", "strict"), default="work-conserving",
-                   help="how the priority scheduler enforces an order: work-conserving (default: the lowest number "
-                        "among the transfers waiting goes first, none waits for one not yet ready) or strict "
-                        "(TicTac's: a transfer starts only after every lower-numbered transfer of its worker and "
-                        "link has started)")
+    add_enforcement_option(p)
+    add_tie_order_option(p)
     p.add_argument("--flow-cap", metavar="RATE", help="per-flow cap for --sharing flow_cap")
     add_steps_options(p, steps=1000)
     p.add_argument("--stagger", type=float, default=1.0, metavar="STEPS",
@@ -105,6 +104,7 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
+    from simulate.config import Enforcement, TieOrder
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -123,7 +123,9 @@ def run(args) -> int:
         ordering_summary,
         plan_fields,
         prediction_document,
+        prediction_settings,
         reference_sentence,
+        settings_sentences,
     )
 
     with Outputs() as outputs:
@@ -159,12 +161,12 @@ def run(args) -> int:
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
             stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed), replicas=args.replicas,
-            enforcement=args.enforcement)
+            enforcement=args.enforcement, tie_order=args.tie_order)
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
                              cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,
                              flow_cap_Bps=flow_cap,
-                             stagger=args.stagger, enforcement=args.enforcement)
+                             stagger=args.stagger, enforcement=args.enforcement, tie_order=args.tie_order)
         if trace_out is not None:
             plan_traced_run(profile, cluster, **trace_options, workers_parameter="trace_workers",
                             steps_parameter="trace_steps")
@@ -177,19 +179,18 @@ def run(args) -> int:
         print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
               f"uplink {format_rate(cluster.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
               f"first {args.warmup} dropped; * = saturation point)", file=out)
-        extra = {}
-        if args.enforcement == "strict":
-            # Only when asked for, so that a default prediction's JSON reads as before.
-            extra["enforcement"] = args.enforcement
-            print("priority orders enforced strictly: a transfer starts only after every lower-numbered transfer "
-                  "of its worker and link has started", file=out)
+        enforcement, tie_order = Enforcement(args.enforcement), TieOrder(args.tie_order)
+        settings = prediction_settings(enforcement, tie_order)
+        for sentence in settings_sentences(enforcement, tie_order):
+            print(sentence, file=out)
         print(format_table(frame), file=out)
+        extra = dict(settings)
         if frame["policy"].nunique() > 1 and len(sharings) == 1:
             summary = ordering_summary(frame)
             print(file=out)
             print(format_ordering_summary(summary), file=out)
             print(reference_sentence(), file=out)
-            extra = ordering_fields(summary)
+            extra.update(ordering_fields(summary))
             if "random_spread" in extra:
                 print(extra["random_spread"], file=out)
             print(extra["ordering_verdict"], file=out)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tfsim.cli.options import (
     add_cluster_options,
+    add_enforcement_option,
     add_jobs_option,
     add_measured_options,
     add_mode_option,
@@ -13,6 +14,7 @@ from tfsim.cli.options import (
     add_seed_option,
     add_steps_options,
     add_sweep_options,
+    add_tie_order_option,
     positive_int,
     sweep_run,
 )
@@ -24,14 +26,17 @@ def register(sub) -> None:
         description="Write DIR/report.html, one page that works offline: the cluster's calibration and its fit, "
                     "the job (ops, bytes, critical path, TicTac's E and S), predicted throughput against W with its "
                     "95% band, the saturation point, the coarse baselines and the measurements when given, the "
-                    "transfer-order what-if (tic, tac, fifo, random, against the cluster's default transfer model), "
+                    "transfer-order what-if (tic, tac, fifo, random, against the recorded order, each order's gains "
+                    "under work-conserving and under strict enforcement side by side), "
                     "Gantt pictures of simulated steps with "
                     "1 and with W workers, and a plain-language recommendation. Beside it: report.json, "
                     "prediction.json (as tfsim predict --json writes it), and CSV tables.",
         epilog="The reference is the cluster's default transfer model (grpc for clusters calibrated from TF 2.x "
                "captures, http2 without a calibration). The prediction is tfsim predict --transfer "
-               "REFERENCE,http2,fifo,tic,tac,random with the same --workers, --steps, --warmup and --seed, so its "
-               "numbers match tfsim predict --json. Calibration plots are "
+               "REFERENCE,recorded,http2,fifo,tic,tac,random with the same --workers, --steps, --warmup, --seed, "
+               "--enforcement and --tie-order, so its numbers match tfsim predict --json; the what-if's other "
+               "enforcement is tfsim predict --transfer recorded,tic,tac,random --enforcement OTHER. Calibration "
+               "plots are "
                "taken from the <name>-plots/ directory beside CLUSTER.json, or from --cluster-plots.",
     )
     p.add_argument("profile", type=Path, metavar="PROFILE")
@@ -43,6 +48,8 @@ def register(sub) -> None:
     add_steps_options(p, steps=1000)
     add_seed_option(p)
     add_replicas_option(p)
+    add_enforcement_option(p)
+    add_tie_order_option(p)
     p.add_argument("--gantt-workers", type=positive_int, metavar="W",
                    help="workers in the second Gantt picture (default: the saturation point)")
     p.add_argument("--price", metavar="worker=P,ps=P",
@@ -67,6 +74,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from simulate.config import Enforcement, TieOrder
     from simulate.sweep import default_jobs
     from tfbase.fileio import Outputs
     from tfsim.cli.console import console
@@ -77,7 +85,8 @@ def run(args) -> int:
         profile_path=args.profile, cluster_path=args.cluster, bandwidth=args.bandwidth, workers=args.workers,
         steps=args.steps, warmup=args.warmup, seed=args.seed, replicas=args.replicas, mode=args.mode, cores=args.cores,
         ps_cores=args.ps_cores, worker_cores=args.worker_cores, price=args.price, examples=args.examples,
-        worker_speed=args.worker_speed, latency=args.latency,
+        worker_speed=args.worker_speed, latency=args.latency, enforcement=Enforcement(args.enforcement),
+        tie_order=TieOrder(args.tie_order),
         measured_path=args.measured, setting=args.setting, gantt_workers=args.gantt_workers,
         plots_dir=args.cluster_plots, timeline_run=args.timeline_run, jobs=args.jobs or default_jobs(),
         progress=not args.no_progress, executor=args.executor, journal=args.journal, resume=args.resume)

@@ -207,7 +207,7 @@ def _clip(spans: np.ndarray, a: float, b: float) -> np.ndarray:
 
 def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cores: float | None = None,
                   colocation=None, pcap: str | Path | None = None, steps: int = SIMULATED_STEPS,
-                  seed: int = 0) -> TimelineView:
+                  seed: int = 0, tie_order: str = "recorded") -> TimelineView:
     """The measured timeline of ``run_dir`` (a W-worker run captured at the PS) beside tfsim's
     ``grpc`` simulation of the same W.
 
@@ -228,6 +228,8 @@ def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cor
         Steps per worker simulated; the view compares the last half of them.
     seed : int
         The simulation's seed.
+    tie_order : {"recorded", "index"} or TieOrder
+        How the simulation queues transfers ready at one instant (docs/model.md §2.4).
     """
     from simulate.sweep import traced_run
 
@@ -237,7 +239,7 @@ def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cor
     measured = measured_timeline(pcap, run_dir, rate_Bps=rate_Bps, chain=())
     workers = len(measured.layout.worker_ips)
     sim = traced_run(profile, cluster, workers=workers, transfer="grpc", priorities={}, cores=cores,
-                     colocation=colocation, steps=steps, seed=seed)
+                     colocation=colocation, steps=steps, seed=seed, tie_order=tie_order)
     half = steps // 2
     window = (float(np.max(sim.step_start_s[:, half])), float(np.min(sim.step_end_s[:, -1])))
     capacity = sustained_capacity_Bps(cluster)

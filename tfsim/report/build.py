@@ -6,8 +6,11 @@ The orders are compared against the ``recorded`` order, TensorFlow's own in the 
 (:data:`simulate.orderings.ORDER_REFERENCE`), and against the random orders, with the one
 table of gains that ``tfsim predict`` prints and writes (:func:`tfsim.prediction.ordering_summary`).
 The prediction is exactly ``tfsim predict`` with the default model and every order
-(``--transfer MODEL,recorded,http2,fifo,tic,tac,random``) and the same steps, warm-up and
-seed, so ``prediction.json`` beside the page equals ``tfsim predict --json`` for the same inputs. The
+(``--transfer MODEL,recorded,http2,fifo,tic,tac,random``) and the same steps, warm-up, seed,
+enforcement and tie order, so ``prediction.json`` beside the page equals ``tfsim predict --json``
+for the same inputs. The orders are simulated under the other enforcement too, so that the
+what-if shows each order's gains under both (docs/model.md §3.3): each equals ``tfsim predict
+--transfer recorded,ORDER --enforcement E``'s. The
 baselines and the measured comparison are ``tfsim compare``'s; the Gantt pictures come from
 traced runs of the reference.
 """
@@ -22,7 +25,7 @@ from pathlib import Path
 from simulate.cluster import parse_latency
 from simulate.cluster_file import resolve_cluster
 from simulate.coarse import baseline_parameters, baselines
-from simulate.config import MAX_TRACE_CHUNKS, TaskHosts
+from simulate.config import MAX_TRACE_CHUNKS, Enforcement, TaskHosts, TieOrder
 from simulate.executors import parse_executor
 from simulate.orderings import ORDER_REFERENCE, expand_random, ordering_priorities
 from simulate.planning import Prices, add_costs, pareto_front
@@ -32,7 +35,7 @@ from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.units import parse_rate
 from tfprofile.profile_io import load_profile
 from tfsim.comparison import check_measured_in_sweep, comparison_table, read_measured
-from tfsim.prediction import ordering_fields, ordering_summary, prediction_document
+from tfsim.prediction import ordering_fields, ordering_summary, prediction_document, prediction_settings
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
 from tfsim.report.stragglers import StragglerPlan, plan_stragglers, straggler_table
@@ -72,6 +75,8 @@ class ReportRequest:
     executor: str | None = None  # where the sweep runs: local, or dask://HOST:PORT (simulate.executors)
     journal: Path | None = None  # record each finished configuration here (simulate.sweep_journal)
     resume: bool = False  # take the configurations the journal holds
+    enforcement: Enforcement = Enforcement.WORK_CONSERVING  # the prediction's; the what-if shows both
+    tie_order: TieOrder = TieOrder.RECORDED  # how fifo, http2 and grpc queue transfers ready at one instant
 
     @property
     def hosts(self):
@@ -115,6 +120,10 @@ class ReportRequest:
             parts += ["--timeline-run", str(self.timeline_run)]
         if self.worker_speed:
             parts += ["--worker-speed", self.worker_speed]
+        if self.enforcement is not Enforcement.WORK_CONSERVING:
+            parts += ["--enforcement", self.enforcement.value]
+        if self.tie_order is not TieOrder.RECORDED:
+            parts += ["--tie-order", self.tie_order.value]
         return " ".join(parts)
 
 
@@ -142,6 +151,10 @@ class Report:
     timeline: object | None = None  # a captured run beside its simulation (tfsim.report.timeline), with --timeline-run
     stragglers: object | None = None  # async and sync with and without stragglers (stragglers.straggler_table)
     straggler_plan: object | None = None  # what they were asked as (stragglers.StragglerPlan)
+    # The same table under each enforcement (the request's is ``orderings``), keyed by Enforcement;
+    # an order strict enforcement refuses (it would deadlock) is left out of the strict table.
+    orderings_by_enforcement: dict = dataclasses.field(default_factory=dict)
+    strict_refused: tuple[str, ...] = ()  # the orders strict enforcement refuses, with the reason
 
     @property
     def reference(self):
@@ -188,11 +201,15 @@ class ReportPlan:
     stragglers: StragglerPlan | None = None  # the straggler section's sweeps, when asked for
     executor: object = None  # where the sweeps run (simulate.executors)
     journal: object = None  # the checked journal (simulate.sweep_journal.SweepJournal), or None
+    other_sweep: object | None = None  # the orders under the other enforcement (None: no order it accepts)
+    strict_refused: tuple[str, ...] = ()  # orders strict enforcement refuses (the what-if's other side)
 
     @property
     def sweeps(self) -> tuple:
-        """Every sweep the report runs, as one batch: the prediction, then the straggler section's."""
-        return (self.sweep, *(self.stragglers.all_sweeps if self.stragglers is not None else ()))
+        """Every sweep the report runs, as one batch: the prediction, the orders under the other
+        enforcement (if any), then the straggler section's."""
+        return (self.sweep, *(() if self.other_sweep is None else (self.other_sweep,)),
+                *(self.stragglers.all_sweeps if self.stragglers is not None else ()))
 
 
 def plan_report(request: ReportRequest) -> ReportPlan:
@@ -215,13 +232,16 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     reference = cluster.default_transfer
     transfers = expand_random(report_transfers(reference))
     priorities = ordering_priorities(profile, transfers, bandwidth_Bps=cluster.downlink_Bps, seed=request.seed)
-    sweep = plan_sweep(profile, cluster, workers=workers, mode=request.mode, transfer=transfers,
-                       priorities=priorities, steps=request.steps, warmup=request.warmup, seed=request.seed,
-                       cores=request.cores, colocation=request.hosts, replicas=request.replicas)
+    common = dict(workers=workers, mode=request.mode, priorities=priorities, steps=request.steps,
+                  warmup=request.warmup, seed=request.seed, cores=request.cores, colocation=request.hosts,
+                  replicas=request.replicas, tie_order=request.tie_order)
+    sweep = plan_sweep(profile, cluster, transfer=transfers, enforcement=request.enforcement, **common)
+    other_sweep, refused = _plan_other_enforcement(profile, cluster, [t for t in transfers if t in priorities],
+                                                   other_enforcement(request.enforcement), common)
     for w in {1, 2, request.gantt_workers or 1}:  # the pictures that must fit; a larger default is capped later
         plan_traced_run(profile, cluster, workers=w, transfer=reference, priorities={}, mode=request.mode,
                         cores=request.cores, colocation=request.hosts, steps=GANTT_STEPS, seed=request.seed,
-                        workers_parameter="gantt_workers")
+                        tie_order=request.tie_order, workers_parameter="gantt_workers")
     try:  # a profile the baselines cannot describe fails before the sweep, naming its file
         baseline_parameters(profile, cluster)
     except UsageError as err:
@@ -238,10 +258,12 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     if request.worker_speed:
         stragglers = plan_stragglers(profile, cluster, text=request.worker_speed, workers=workers,
                                      transfer=reference, steps=request.steps, warmup=request.warmup,
-                                     seed=request.seed, cores=request.cores, colocation=request.hosts)
+                                     seed=request.seed, cores=request.cores, colocation=request.hosts,
+                                     tie_order=request.tie_order)
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
     plan = ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit,
-                      stragglers, parse_executor(request.executor))
+                      stragglers, executor=parse_executor(request.executor), other_sweep=other_sweep,
+                      strict_refused=refused)
     if request.resume and request.journal is None:
         raise UsageError("resume", "needs a journal to resume from")
     if request.journal is not None:  # checked against every sweep before any runs
@@ -249,6 +271,45 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     if plan.journal is None or plan.journal.finished < plan.journal.total:
         plan.executor.check()  # an unreachable scheduler fails here, before anything runs
     return plan
+
+
+def other_enforcement(enforcement: Enforcement) -> Enforcement:
+    """The enforcement the what-if shows beside the request's."""
+    return Enforcement.STRICT if enforcement is Enforcement.WORK_CONSERVING else Enforcement.WORK_CONSERVING
+
+
+def _plan_other_enforcement(profile, cluster, orders: list[str], enforcement: Enforcement, common: dict):
+    """The sweep of ``orders`` under ``enforcement`` (the what-if's other side), and the orders
+    strict enforcement refuses, each with why: an order under which it would deadlock is left
+    out there, not the whole report. None for the sweep when no order is left, or the recorded
+    order (what the gains are measured against) is refused."""
+    kept, refused = [], []
+    for order in orders:
+        try:
+            plan_sweep(profile, cluster, transfer=[order], enforcement=enforcement,
+                       **{**common, "workers": common["workers"][:1], "replicas": 1})
+        except UsageError as err:
+            if err.source != "priorities":
+                raise
+            refused.append(f"{order}: {err.problem}")
+        else:
+            kept.append(order)
+    if ORDER_REFERENCE not in kept:
+        return None, tuple(refused)
+    return plan_sweep(profile, cluster, transfer=kept, enforcement=enforcement, **common), tuple(refused)
+
+
+def orderings_under(frame, orders_frame):
+    """The order table (:func:`tfsim.prediction.ordering_summary`) of ``frame``'s transfer models
+    with the orders of ``orders_frame`` (the same orders under another enforcement; the models
+    ignore the enforcement), its policies in ``frame``'s order."""
+    import pandas as pd
+
+    rank = {policy: k for k, policy in enumerate(dict.fromkeys(frame["policy"]))}
+    kept = frame[~frame["policy"].isin(set(orders_frame["policy"]))]
+    combined = pd.concat([kept, orders_frame], ignore_index=True)
+    combined = combined.sort_values("policy", key=lambda column: column.map(rank), kind="stable")
+    return ordering_summary(combined.reset_index(drop=True))
 
 
 def build_report(request: ReportRequest, say: Callable[[str], None] = lambda message: None,
@@ -266,6 +327,8 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
 
     say(f"[2/4] predicting W = {request.workers} with {', '.join(report_transfers(reference))} "
         f"({request.steps} steps per worker)")
+    if plan.other_sweep is not None:
+        say(f"      and the orders enforced {other_enforcement(request.enforcement).value}")
     if plan.stragglers is not None:
         say(f"      and async and sync SGD with and without the stragglers ({request.worker_speed})")
     if plan.journal is not None and plan.journal.finished:
@@ -276,8 +339,14 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     frame = frames[0]
     orderings = ordering_summary(frame)  # the page, orderings.csv and prediction.json state these gains
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
-                                   extra=ordering_fields(orderings))
-    stragglers = straggler_table(plan.stragglers, frames[1:]) if plan.stragglers is not None else None
+                                   extra={**prediction_settings(request.enforcement, request.tie_order),
+                                          **ordering_fields(orderings)})
+    by_enforcement = {request.enforcement: orderings}
+    rest = frames[1:]
+    if plan.other_sweep is not None:
+        by_enforcement[other_enforcement(request.enforcement)] = orderings_under(frame, rest[0])
+        rest = rest[1:]
+    stragglers = straggler_table(plan.stragglers, rest) if plan.stragglers is not None else None
 
     say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
                                                if measured is not None else ""))
@@ -295,13 +364,13 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
     say(f"[4/4] tracing {GANTT_STEPS} simulated steps with 1 and with {many} workers")
     gantts = [gantt_from_run(traced_run(profile, cluster, workers=w, transfer=reference, priorities={},
                                         mode=request.mode, cores=request.cores, colocation=request.hosts,
-                                        steps=GANTT_STEPS,
-                                        seed=request.seed)) for w in (1, many)]
+                                        steps=GANTT_STEPS, seed=request.seed,
+                                        tie_order=request.tie_order)) for w in (1, many)]
     timeline = None
     if request.timeline_run is not None:
         say(f"laying the captured run {request.timeline_run} beside its simulation")
         timeline = build_timeline(request.timeline_run, profile, cluster, cores=request.cores,
-                                  colocation=request.hosts, seed=request.seed)
+                                  colocation=request.hosts, seed=request.seed, tie_order=request.tie_order)
     cost = None
     if request.price:
         cost = add_costs(reference_rows.sort_values("workers").reset_index(drop=True), Prices.parse(request.price),
@@ -312,6 +381,8 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                   cluster=cluster_facts(cluster, request.cluster_path, request.bandwidth),
                   reference_policy=reference, job=job, frame=frame, prediction=document, baselines=base,
                   comparison=comparison, measured=measured, orderings=orderings,
+                  orderings_by_enforcement={e: by_enforcement[e] for e in Enforcement if e in by_enforcement},
+                  strict_refused=plan.strict_refused,
                   gantt_one=gantts[0], gantt_many=gantts[1],
                   calibration_plots=tuple(calibration_plots(request.cluster_path, request.plots_dir)), cost=cost,
                   timeline=timeline, stragglers=stragglers, straggler_plan=plan.stragglers)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tfbase.fileio import OutputDirectory, Outputs, atomic_output, write_json, write_text
 from tfsim import __version__
+from tfsim.prediction import ordering_records
 from tfsim.report.stragglers import straggler_document
 from tfsim.report.timeline import TIMELINE_TRACE
 
@@ -41,12 +42,18 @@ def report_document(report, numbers: dict, advice: list[str]) -> dict:
                    "price": request.price, "examples": request.examples,
                    "timeline_run": None if request.timeline_run is None else str(request.timeline_run),
                    "worker_speed": request.worker_speed, "latency": request.latency,
+                   "enforcement": request.enforcement.value, "tie_order": request.tie_order.value,
                    "command": request.command_line()},
         "headline": numbers,
         "recommendation": advice,
         "cluster": report.cluster,
         "job": report.job,
         "prediction": report.prediction,
+        # The order table under each enforcement (the request's is also prediction.orderings), at full
+        # precision, as tfsim predict --enforcement E --json states it.
+        "orderings_by_enforcement": {e.value: ordering_records(summary)
+                                     for e, summary in report.orderings_by_enforcement.items()},
+        "strict_refused": list(report.strict_refused),
         "baselines": _records(report.baselines),
         "comparison": _records(report.comparison),
         "measured": None if report.measured is None else _records(report.measured),

@@ -3,6 +3,7 @@ no external asset, so it opens offline and can be mailed as one file."""
 
 from __future__ import annotations
 
+from simulate.config import TieOrder
 from tfbase.units import format_rate
 from tfsim import __version__
 from tfsim.report.advice import GAIN_NOTE, loss_words, order_advice
@@ -218,27 +219,54 @@ def _throughput_section(report, figures: dict, numbers: dict) -> str:
     return "\n".join(parts)
 
 
+def _gain_cells(row) -> list[str]:
+    """An order's mean gain, best gain (and where) and mean gain over random; dashes without a row."""
+    if row is None:
+        return ["–", "–", "–"]
+    best = "n/a" if row["best_gain"] != row["best_gain"] else \
+        f"{pct(row['best_gain'], 1, True)} at W = {int(row['best_gain_workers'])}"
+    over_random = pct(row["mean_gain_over_random"], 1, True) if row["mean_gain_over_random"] == row[
+        "mean_gain_over_random"] else "–"
+    return [pct(row["mean_gain"], 1, True), best, over_random]
+
+
 def _orderings_section(report, figures: dict, numbers: dict) -> str:
     reference = esc(report.ordering_reference)
+    shown = report.request.enforcement
     parts = ["<h2>4. What if the transfers were ordered?</h2>", figure(figures["orderings"], alt="orderings")]
+    tables = {e: {row["policy"]: row for _, row in summary.iterrows()}
+              for e, summary in report.orderings_by_enforcement.items()}
+    enforcements = list(tables)
     rows = []
     for _, row in report.orderings.iterrows():
-        rows.append([esc(row["policy"]), num(row["efficiency_E"], ".2f"), num(row["throughput_Wmin_eps"], ",.2f"),
-                     num(row["throughput_Wmax_eps"], ",.2f"), pct(row["mean_gain"], 1, True),
-                     f"{pct(row['best_gain'], 1, True)} at W = {int(row['best_gain_workers'])}",
-                     pct(row["mean_gain_over_random"], 1, True) if row["mean_gain_over_random"] == row[
-                         "mean_gain_over_random"] else "–"])
+        cells = [esc(row["policy"]), num(row["efficiency_E"], ".2f"), num(row["throughput_Wmin_eps"], ",.2f"),
+                 num(row["throughput_Wmax_eps"], ",.2f")]
+        gains = [_gain_cells(tables[e].get(row["policy"])) for e in enforcements]
+        for k in range(3):  # each measure under every enforcement, side by side
+            cells += [gain[k] for gain in gains]
+        rows.append(cells)
     lo, hi = int(report.reference["workers"].min()), int(report.reference["workers"].max())
-    parts.append(table(["order", f"E at W = {lo}", f"examples/s at W = {lo}", f"examples/s at W = {hi}",
-                        f"mean gain over {reference}", f"best gain over {reference}", "mean gain over random"], rows,
-                       numeric={1, 2, 3, 4, 5, 6}))
+    headers = ["order", f"E at W = {lo}", f"examples/s at W = {lo}", f"examples/s at W = {hi}"]
+    for measure in (f"mean gain over {reference}", f"best gain over {reference}", "mean gain over random"):
+        headers += [f"{measure}, {esc(e.value)}" for e in enforcements]
+    parts.append(table(headers, rows, numeric=set(range(1, len(headers)))))
     parts.append('<p class="note">Reference: the recorded order, TensorFlow\'s own in the profiled run (each '
                  "parameter transfer ranked by its median recorded start), replayed by the same priority scheduler "
-                 "as the other orders; gains are throughput over it at the same W, and over the random orders' "
-                 "median throughput at the same W. E: TicTac's scheduling efficiency of the simulated steps at the "
-                 "smallest W. tic and tac are TicTac's orders, fifo sends whole streams first come first served "
-                 "with flow control off, grpc and http2 model gRPC itself (their queue order for transfers ready "
-                 "together is the engine's, not TensorFlow's), random#k are random orders.</p>")
+                 "as the other orders; gains are throughput over it at the same W and under the same "
+                 "enforcement, and over the random orders' median throughput at the same W. Work-conserving: an "
+                 "order decides only among the transfers waiting; strict (TicTac's): a transfer starts only after "
+                 "every lower-numbered transfer of its worker and link has started, even if the link waits "
+                 f"(model.md §3.3). Throughput and E: {esc(shown.value)}, at the smallest W for E, TicTac's "
+                 "scheduling efficiency of the simulated steps. tic and tac are TicTac's orders, fifo sends whole "
+                 "streams first come first served with flow control off, grpc and http2 model gRPC itself (they "
+                 "have no order to enforce: their gains differ between the columns only through the reference); "
+                 + ("transfers ready at one instant queue in the recorded order there"
+                    if report.request.tie_order is TieOrder.RECORDED else
+                    "transfers ready at one instant queue by op index there (--tie-order index)")
+                 + "; random#k are random orders.</p>")
+    if report.strict_refused:
+        parts.append('<p class="note">Strict enforcement refuses (it would deadlock): '
+                     + "; ".join(esc(text) for text in report.strict_refused) + ".</p>")
     advice = order_advice(numbers)
     if advice is not None:
         label, sentence = advice

@@ -47,7 +47,7 @@ class StragglerPlan:
 
 
 def plan_stragglers(profile, cluster, *, text: str, workers: list[int], transfer: str, steps: int, warmup: int,
-                    seed: int, cores=None, colocation=None) -> StragglerPlan:
+                    seed: int, cores=None, colocation=None, tie_order="recorded") -> StragglerPlan:
     """Check the section's sweeps before anything runs (a bad speed fails naming ``worker_speed``).
 
     Parameters
@@ -64,6 +64,8 @@ def plan_stragglers(profile, cluster, *, text: str, workers: list[int], transfer
         As the report's prediction.
     cores, colocation
         The hosts, as the report's prediction has them.
+    tie_order : {"recorded", "index"} or TieOrder
+        As the report's prediction (docs/model.md §2.4).
 
     Returns
     -------
@@ -83,7 +85,8 @@ def plan_stragglers(profile, cluster, *, text: str, workers: list[int], transfer
     sweeps = []
     for mode in STRAGGLER_MODES:
         even, slowed = (plan_sweep(profile, cluster, workers=workers, mode=mode, transfer=[transfer], steps=steps,
-                                   warmup=warmup, seed=seed, cores=cores, colocation=colocation, worker_speed=speed)
+                                   warmup=warmup, seed=seed, cores=cores, colocation=colocation, worker_speed=speed,
+                                   tie_order=tie_order)
                         for speed in (None, speeds))
         sweeps.append((mode, even, slowed))
     return StragglerPlan(text, speeds, tuple(sweeps))

@@ -75,13 +75,15 @@ def wire_rate_Bps(cluster) -> float:
     return max(sustained_capacity_Bps(cluster).values()) * FRAME_WIRE_BYTES / FRAME_PAYLOAD_BYTES
 
 
-def build_timeline(run_dir: Path, profile, cluster, *, cores: float | None, colocation, seed: int) -> MeasuredTimeline:
+def build_timeline(run_dir: Path, profile, cluster, *, cores: float | None, colocation, seed: int,
+                   tie_order="recorded") -> MeasuredTimeline:
     """The measured timeline of ``run_dir`` beside the simulation of the same W with ``profile``
-    on ``cluster`` and the report's hosts (``cores``, ``colocation``) and seed."""
+    on ``cluster`` and the report's hosts (``cores``, ``colocation``), seed and tie order."""
     from tfsim.lab.timeline_view import sustained_capacity_Bps, timeline_view
 
     rate = wire_rate_Bps(cluster)
-    view = timeline_view(run_dir, profile, cluster, rate_Bps=rate, cores=cores, colocation=colocation, seed=seed)
+    view = timeline_view(run_dir, profile, cluster, rate_Bps=rate, cores=cores, colocation=colocation, seed=seed,
+                         tie_order=tie_order)
     return MeasuredTimeline(Path(run_dir), rate, sustained_capacity_Bps(cluster), view)
 
 
