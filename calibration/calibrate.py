@@ -544,11 +544,11 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     >>> from calibration import calibrate_run
     >>> calibration = calibrate_run("data/captures/wide_1gbit")
     >>> calibration.default_transfer, calibration.bandwidth_source
-    ('grpc', 'iperf3')
-    >>> round(calibration.bandwidth_Bps["downlink"] * 8 / 1e6)  # Mbit/s on a 1 Gbit/s tbf link (iperf3)
-    833
-    >>> round(calibration.busy_rate_Bps["downlink"] * 8 / 1e6)  # the other candidate: the capture's busy rate
+    ('grpc', 'capture')
+    >>> round(calibration.bandwidth_Bps["downlink"] * 8 / 1e6)  # peak Mbit/s on a 1 Gbit/s tbf link
     884
+    >>> round(calibration.token_bucket["downlink"]["sustained_Bps"] * 8 / 1e6)  # what it sustains (iperf3)
+    833
     >>> calibration.to_cluster_json()["format"]
     'tfsim.cluster/1'
     """

@@ -293,7 +293,7 @@ class SimConfig:
     start_offsets_s: tuple[float, ...] | None = None
     worker_speed: tuple[float, ...] | None = None
     enforcement: Enforcement = Enforcement.WORK_CONSERVING
-    tie_order: TieOrder = TieOrder.RECORDED
+    tie_order: TieOrder = TieOrder.INDEX
 
     def __post_init__(self) -> None:
         if not isinstance(self.enforcement, Enforcement):

@@ -96,7 +96,7 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                  seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
                  trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None,
                  enforcement: Enforcement = Enforcement.WORK_CONSERVING,
-                 tie_order: TieOrder = TieOrder.RECORDED) -> SimRun:
+                 tie_order: TieOrder = TieOrder.INDEX) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
@@ -132,7 +132,7 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                           colocation=options.get("colocation"), stagger=options.get("stagger", 0.0),
                           worker_speed=options.get("worker_speed"),
                           enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
-                          tie_order=options.get("tie_order", TieOrder.RECORDED))
+                          tie_order=options.get("tie_order", TieOrder.INDEX))
     graph = result.graph
     efficiency = math.nan
     if with_efficiency:
@@ -174,7 +174,7 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
                     sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                     colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                     stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-                    tie_order: str | TieOrder = TieOrder.RECORDED, workers_parameter: str = "workers",
+                    tie_order: str | TieOrder = TieOrder.INDEX, workers_parameter: str = "workers",
                     steps_parameter: str = "steps") -> dict:
     """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
     that set W and the steps; the arguments of :func:`simulate_one` that run it."""
@@ -203,7 +203,7 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-               tie_order: str | TieOrder = TieOrder.RECORDED) -> SimRun:
+               tie_order: str | TieOrder = TieOrder.INDEX) -> SimRun:
     """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
     :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
 
@@ -539,7 +539,7 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
                                                                       options.get("stagger", 0.0)),
               worker_speed=options["worker_speed"](scenario.workers) if options.get("worker_speed") else None,
               enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
-              tie_order=options.get("tie_order", TieOrder.RECORDED))
+              tie_order=options.get("tie_order", TieOrder.INDEX))
     if colocation is not None and len(colocation.server_host) != (servers or max(profile.graph.n_servers, 1)):
         raise UsageError("colocation", f"colocation places {len(colocation.server_host)} servers, not "
                                        f"{servers or max(profile.graph.n_servers, 1)}")
@@ -583,7 +583,7 @@ def plan_sweep(
     worker_speed: WorkerSpeeds | None = None,
     replicas: int = 1,
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-    tie_order: str | TieOrder = TieOrder.RECORDED,
+    tie_order: str | TieOrder = TieOrder.INDEX,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -687,7 +687,7 @@ def predict(
     worker_speed: WorkerSpeeds | None = None,
     replicas: int = 1,
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-    tie_order: str | TieOrder = TieOrder.RECORDED,
+    tie_order: str | TieOrder = TieOrder.INDEX,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,

@@ -493,20 +493,20 @@ def test_replicated_report_is_replicated_predict(data_dir, tmp_path, capsys):
 
 
 def test_the_tie_order_reaches_every_simulation_of_the_report(data_dir):
-    """--tie-order index: the report's command line says so, and its sweeps are planned with it."""
+    """--tie-order recorded: the report's command line says so, and its sweeps are planned with it."""
     from simulate.config import Enforcement, TieOrder
     from tfsim.report.build import ReportRequest, plan_report
 
     request = ReportRequest(profile_path=data_dir / "profiles" / "tiny.npz",
                             cluster_path=data_dir / "clusters" / "lab-1gbit.json", workers="1-2", steps=40, warmup=5,
-                            tie_order=TieOrder.INDEX, worker_speed="1,0.5")
-    assert request.command_line().endswith("--worker-speed 1,0.5 --tie-order index")
+                            tie_order=TieOrder.RECORDED, worker_speed="1,0.5")
+    assert request.command_line().endswith("--worker-speed 1,0.5 --tie-order recorded")
     plan = plan_report(request)
-    assert plan.sweep.options["tie_order"] is TieOrder.INDEX
+    assert plan.sweep.options["tie_order"] is TieOrder.RECORDED
     assert plan.sweep.options["enforcement"] is Enforcement.WORK_CONSERVING
-    assert plan.other_sweep.options["tie_order"] is TieOrder.INDEX
+    assert plan.other_sweep.options["tie_order"] is TieOrder.RECORDED
     assert plan.other_sweep.options["enforcement"] is Enforcement.STRICT
     assert {sc.policy for sc in plan.other_sweep.scenarios} == {"recorded", "tic", "tac"} | {
         f"random#{k}" for k in range(5)}
-    assert all(sweep.options["tie_order"] is TieOrder.INDEX for _, *sweeps in plan.stragglers.sweeps
+    assert all(sweep.options["tie_order"] is TieOrder.RECORDED for _, *sweeps in plan.stragglers.sweeps
                for sweep in sweeps)

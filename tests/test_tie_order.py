@@ -84,7 +84,8 @@ def test_ops_of_other_slots_keep_their_places():
     profile = make_profile([D, WK, D], [0, -1, 0], [MB, 0, MB], [[0.0, 0.5, 0.0]], [])
     profile = with_starts(profile, [[0.3, np.nan, 0.1]])
     graph = prepare(profile, LINK)
-    result = run(graph, LINK, SimConfig(workers=1, transfer=Transfer.FIFO, steps=1, warmup=0, trace_steps=1))
+    result = run(graph, LINK, SimConfig(workers=1, transfer=Transfer.FIFO, steps=1, warmup=0, trace_steps=1,
+                                        tie_order=TieOrder.RECORDED))
     spans = {int(op): (float(a), float(b)) for op, a, b in
              zip(result.trace["op"], result.trace["start_s"], result.trace["end_s"])}
     assert spans == {2: (0.0, 1.0), 1: (0.0, 0.5), 0: (1.0, 2.0)}
@@ -176,20 +177,22 @@ def test_the_cli_flag_selects_the_tie_order_and_the_json_says_which(data_dir, tm
         return json.loads(out_json.read_text()), out
 
     default, _ = predict("predict")
-    recorded, _ = predict("predict", "--tie-order", "recorded")
-    index, out = predict("predict", "--tie-order", "index")
-    assert default == recorded and default["tie_order"] == "recorded" and index["tie_order"] == "index"
-    assert "queue by op index" in out
+    recorded, out = predict("predict", "--tie-order", "recorded")
+    index, _ = predict("predict", "--tie-order", "index")
+    # The default is op index, and a default document reads as before the option (no tie_order).
+    assert default == index and "tie_order" not in default and recorded["tie_order"] == "recorded"
+    assert "queue in the profiled run's order" in out
     profile = load_profile(data_dir / "profiles" / "resnet50.npz")
     cluster = load_cluster(data_dir / "clusters" / "lab-1gbit.json")
-    for document, tie_order in ((default, TieOrder.RECORDED), (index, TieOrder.INDEX)):
+    for document, tie_order in ((recorded, TieOrder.RECORDED), (index, TieOrder.INDEX)):
         table = simulate.predict(profile, cluster, workers=2, steps=60, warmup=12, tie_order=tie_order)
         # prediction rows keep 10 decimals (docs/formats.md §6)
         assert document["rows"][0]["throughput_eps"] == pytest.approx(float(table["throughput_eps"].iloc[0]), rel=1e-10)
-    assert index["rows"][0]["throughput_eps"] != default["rows"][0]["throughput_eps"]
-    compared, _ = predict("compare", "--tie-order", "index")
-    assert compared["tie_order"] == "index"
-    assert compared["rows"][0]["tfsim"] == pytest.approx(index["rows"][0]["throughput_eps"], rel=1e-10)
+    assert index["rows"][0]["throughput_eps"] != recorded["rows"][0]["throughput_eps"]
+    compared, _ = predict("compare", "--tie-order", "recorded")
+    assert compared["tie_order"] == "recorded"
+    assert "tie_order" not in predict("compare")[0]
+    assert compared["rows"][0]["tfsim"] == pytest.approx(recorded["rows"][0]["throughput_eps"], rel=1e-10)
 
 
 def test_a_bad_tie_order_exits_2_and_the_library_names_the_parameter(data_dir, capsys):

@@ -59,11 +59,12 @@ def prediction_document(frame, *, profile_path, cluster, extra: dict | None = No
 
 
 def prediction_settings(enforcement: Enforcement, tie_order: TieOrder) -> dict:
-    """The settings a prediction document states beside its rows: the tie order always (its
-    default changed what ``fifo``, ``http2`` and ``grpc`` predict), the enforcement only when
-    strict, so that a work-conserving prediction reads as before."""
+    """The settings a prediction document states beside its rows: the enforcement only when
+    strict and the tie order only when recorded, so that a prediction with the defaults reads
+    as before either option existed."""
     out = {} if enforcement is Enforcement.WORK_CONSERVING else {"enforcement": enforcement.value}
-    out["tie_order"] = tie_order.value
+    if tie_order is not TieOrder.INDEX:
+        out["tie_order"] = tie_order.value
     return out
 
 
@@ -73,9 +74,9 @@ def settings_sentences(enforcement: Enforcement, tie_order: TieOrder) -> list[st
     if enforcement is Enforcement.STRICT:
         out.append("priority orders enforced strictly: a transfer starts only after every lower-numbered transfer "
                    "of its worker and link has started")
-    if tie_order is TieOrder.INDEX:
-        out.append("transfers ready at one instant queue by op index (--tie-order index), not in the profiled "
-                   "run's order")
+    if tie_order is TieOrder.RECORDED:
+        out.append("transfers ready at one instant queue in the profiled run's order (--tie-order recorded), not "
+                   "by op index")
     return out
 
 

@@ -101,8 +101,9 @@ def run(args) -> int:
         if json_out is not None:
             rows = [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
                     for row in table.to_dict(orient="records")]
-            write_json(json_out, {"format": "tfsim.comparison/1", "mode": args.mode, "tie_order": args.tie_order,
-                                  "rows": rows})
+            # The tie order is stated only when it is not the default, as prediction.json does.
+            settings = {"tie_order": args.tie_order} if args.tie_order != "index" else {}
+            write_json(json_out, {"format": "tfsim.comparison/1", "mode": args.mode, **settings, "rows": rows})
         if plot_out is not None:
             save_figure(throughput_figure(simulated, baselines=base, measured=measured,
                                           title=f"{profile.meta.get('model') or Path(args.profile).stem}: "

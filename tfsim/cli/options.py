@@ -136,12 +136,12 @@ def add_replicas_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_tie_order_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--tie-order", choices=("recorded", "index"), default="recorded",
+    p.add_argument("--tie-order", choices=("index", "recorded"), default="index",
                    help="how the grpc, http2 and fifo models queue transfers (and the PS ops that send them) that "
-                        "become ready at one instant: recorded (default: in the profiled run's order, each "
-                        "parameter transfer by its median recorded start; op-index order for a profile that "
-                        "records none) or index (ascending op index, the engine's own order, as before this "
-                        "option)")
+                        "become ready at one instant: index (default: ascending op index, the engine's own order) "
+                        "or recorded (in the profiled run's order, each parameter transfer by its median recorded "
+                        "start; op-index order for a profile that records none). Not the default: on the lab it "
+                        "made the errors larger (docs/model.md §2.4)")
 
 
 def add_enforcement_option(p: argparse.ArgumentParser) -> None:

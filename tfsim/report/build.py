@@ -76,7 +76,7 @@ class ReportRequest:
     journal: Path | None = None  # record each finished configuration here (simulate.sweep_journal)
     resume: bool = False  # take the configurations the journal holds
     enforcement: Enforcement = Enforcement.WORK_CONSERVING  # the prediction's; the what-if shows both
-    tie_order: TieOrder = TieOrder.RECORDED  # how fifo, http2 and grpc queue transfers ready at one instant
+    tie_order: TieOrder = TieOrder.INDEX  # how fifo, http2 and grpc queue transfers ready at one instant
 
     @property
     def hosts(self):
@@ -122,7 +122,7 @@ class ReportRequest:
             parts += ["--worker-speed", self.worker_speed]
         if self.enforcement is not Enforcement.WORK_CONSERVING:
             parts += ["--enforcement", self.enforcement.value]
-        if self.tie_order is not TieOrder.RECORDED:
+        if self.tie_order is not TieOrder.INDEX:
             parts += ["--tie-order", self.tie_order.value]
         return " ".join(parts)
 
