@@ -8,7 +8,9 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   spread; and the capture's busy rate, the rate the job's tensors moved at while the link
   was backlogged (:func:`_busy_rate`). The model uses the one that, with the rest of the
   calibration, reproduces the calibration run's own step time at W = 1 (``bandwidth_source``;
-  both are kept in CLUSTER.json).
+  both are kept in CLUSTER.json). Where the link's rate is known (``run.json`` ``link``, or
+  ``link_rate_Bps``), both are held to what TCP payload can carry on it
+  (:mod:`calibration.ceiling`, docs/calibration.md §4.6).
 - **Window WIN** per direction: the receiver's HTTP/2 stream window (INITIAL_WINDOW_SIZE as
   the receiver advertised it, BDP-probe raises included) in force when each tensor stream
   started sending; the single value the ``http2`` model uses is the byte-weighted median
