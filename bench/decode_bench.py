@@ -1,10 +1,13 @@
 """Decode speed of netcapture's backends: ``python bench/decode_bench.py [--baseline DIR]``.
 
-By default three bundled captures are timed: the largest (large packets), the one with the
-most packets (small packets) and the one with the most workers (several connections at once);
-each decompressed to a temporary pcap ("plain") and as bundled ("gzip"). MB/s are megabytes
+By default every bundled capture is timed, each decompressed to a temporary pcap ("plain")
+and as bundled ("gzip"), and classed by what its decoding costs (:func:`kind`): frame-dense
+captures (small gRPC messages, many HTTP/2 frames per MB: the tiny model, the multi-worker
+capture), large-packet captures, and small packets carrying large frames. MB/s are megabytes
 (10^6 bytes) of uncompressed capture per second; each figure is the best and the median of
-``--repeat`` full :func:`netcapture.read_capture` calls, records included. Per capture:
+``--repeat`` full :func:`netcapture.read_capture` calls, records included. The machine's
+load average is read before and after each capture (the benchmark is one core's work, on a
+machine where other work may run). Per capture:
 
 - ``scapy_fast``: the default backend as it runs (its fast path, :mod:`netcapture.fastpath`);
   ``scapy_reference``: the same backend's reference path (``fast=False``: scapy's reader,
@@ -89,15 +92,6 @@ def bundled_captures() -> list[Path]:
             if p.is_file() and not p.parent.name.endswith(".incomplete") and run_dir_of(p) is not None]
 
 
-def uncompressed_bytes(path: Path) -> int:
-    """File size, or for gzip the size its trailer records (modulo 4 GiB, enough to rank)."""
-    with open(path, "rb") as handle:
-        if handle.read(2) != b"\x1f\x8b":
-            return path.stat().st_size
-        handle.seek(-4, os.SEEK_END)
-        return int.from_bytes(handle.read(4), "little")
-
-
 def run_dir_of(capture: Path) -> Path | None:
     """The run directory a capture belongs to: its own directory, or ``run/`` beside it."""
     for candidate in (capture.parent, capture.parent / "run"):
@@ -111,13 +105,21 @@ def workers_of(capture: Path) -> int:
     return len(run.get("cluster", {}).get("worker", []))
 
 
-def default_captures() -> list[Path]:
-    """The largest capture, the one with the most packets, the one with the most workers."""
-    files = bundled_captures()
-    packets = {p: sum(1 for _ in iter_packets(p)) for p in files}
-    chosen = [max(files, key=uncompressed_bytes), max(files, key=packets.get),
-              max(files, key=lambda p: (workers_of(p), packets[p]))]
-    return list(dict.fromkeys(chosen))
+FRAME_DENSE_PER_MB = 100  # HTTP/2 frames per MB: the cost is per frame, not per byte
+LARGE_PACKET_BYTES = 16_384  # mean captured packet (GSO super-packets of bulk tensor data)
+
+
+def kind(frames_per_mb: float, mean_packet_bytes: float) -> str:
+    """What limits a capture's decoding: many frames (small messages), or bytes in large or small packets."""
+    if frames_per_mb >= FRAME_DENSE_PER_MB:
+        return "frame-dense"
+    return "large packets" if mean_packet_bytes >= LARGE_PACKET_BYTES else "small packets, large frames"
+
+
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (``/proc/loadavg``)."""
+    with open("/proc/loadavg") as handle:
+        return [float(v) for v in handle.read().split()[:3]]
 
 
 def _seconds(function, repeat: int) -> dict[str, float]:
@@ -209,7 +211,9 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
             "capture_mb": round(megabytes, 3), "file_mb": round(capture_path.stat().st_size / 1e6, 3),
             "packets": packet_count, "mean_packet_bytes": round(megabytes * 1e6 / packet_count),
             "http2_frames": len(decoded.frames), "streams": len(decoded.streams),
-            "repeat": repeat, "backends": {}, "stages": {},
+            "frames_per_mb": round(len(decoded.frames) / megabytes, 1),
+            "kind": kind(len(decoded.frames) / megabytes, megabytes * 1e6 / packet_count),
+            "repeat": repeat, "load_before": load_average(), "backends": {}, "stages": {},
         }
         del decoded  # nothing large stays alive while timing: the collector would walk it
         runs = [("scapy_fast", "scapy", True), ("scapy_reference", "scapy", False)]
@@ -243,7 +247,12 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
             result["tshark_plain_mb_per_s_without_startup"] = megabytes / max(
                 backends["tshark_plain"]["median_s"] - fixed, 1e-9)
         stages = result["stages"]
-        stages["fast_index_pass"] = _rate(_seconds(lambda: _index_only(plain), repeat), megabytes)
+        from netcapture.pcapbatch import Unavailable
+
+        try:
+            stages["fast_index_pass"] = _rate(_seconds(lambda: _index_only(plain), repeat), megabytes)
+        except Unavailable:  # pcapng: read by the reference path only
+            stages["fast_index_pass"] = None
         stages["reference_read_packets"] = _rate(_seconds(lambda: sum(1 for _ in iter_packets(plain)), repeat),
                                                  megabytes)
         packets = list(iter_packets(plain))
@@ -259,6 +268,7 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
         packets = sample = None
         result["peak_rss_mib"] = round(_child(ROOT, plain, ports, 1)["peak_rss_bytes"] / MIB, 1)
         result["profile"] = _profile(plain, ports)
+        result["load_after"] = load_average()
     for name, figures in result["backends"].items():
         print(f"{result['capture']}: {name:22s} {figures['mb_per_s_median']:8.1f} MB/s  "
               f"({figures['median_s']:.3f} s for {megabytes:.1f} MB, {result['packets']} packets)")
@@ -290,29 +300,79 @@ def _tree_commit(tree: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capture", type=Path, action="append",
-                        help="capture file, repeatable (default: the largest bundled capture, the one with the most "
-                             "packets and the one with the most workers)")
+                        help="capture file, repeatable (default: every bundled capture)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--baseline", type=Path,
                         help="a source tree (e.g. a checkout of an earlier commit) whose default backend is timed too")
     parser.add_argument("--baseline-label", help="what the baseline is (default: its git commit, if it has one)")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "decode.json")
+    parser.add_argument("--md", type=Path, default=ROOT / "bench" / "results" / "decode.md",
+                        help="the side-by-side table (default: bench/results/decode.md)")
     args = parser.parse_args(argv)
 
-    captures = args.capture or default_captures()
-    started = time.time()
+    captures = args.capture or bundled_captures()
+    started, load_before = time.time(), load_average()
     runs = [bench_capture(path, args.repeat, args.baseline) for path in captures]
-    write_json(args.out, {
+    document = {
         "captures": runs,
         "first_call": first_call(),
         "baseline": None if args.baseline is None else {
             "label": args.baseline_label or _tree_commit(args.baseline) or str(args.baseline)},
         "date": time.strftime("%Y-%m-%d", time.localtime(started)),
+        "commit": _tree_commit(ROOT),
+        "repeat": args.repeat,
+        "load": {"before": load_before, "after": load_average(), "wall_s": round(time.time() - started, 1)},
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "tshark": _tshark_version()},
-    })
-    print(f"wrote {args.out}")
+    }
+    write_json(args.out, document)
+    args.md.write_text(markdown(document))
+    print(f"wrote {args.out} and {args.md}")
     return 0
+
+
+def markdown(document: dict) -> str:
+    """The default backend's and tshark's rates side by side, by kind of capture."""
+    load = document["load"]
+    lines = [
+        "# Decode speed: the default backend and tshark, in one run",
+        "",
+        f"{document['date']}, commit {document['commit']}, {document['machine']['cpu']} "
+        f"({document['machine']['cpus']} CPUs), {(document['machine']['tshark'] or 'no tshark').rstrip('.')}. "
+        "`python bench/decode_bench.py "
+        f"--repeat {document['repeat']}`: each figure is the median of {document['repeat']} full `read_capture` "
+        "calls (records included) on one core, in MB of uncompressed capture per second; best-of and the "
+        "stages are in `decode.json`. Load average (1, 5, 15 min) before the run "
+        f"{', '.join(map(str, load['before']))}, after {', '.join(map(str, load['after']))} "
+        f"({load['wall_s']:.0f} s); per capture in `decode.json` (`load_before`, `load_after`).",
+        "",
+        "| kind | capture | workers | MB | mean packet | frames/MB | default plain | default gzip | tshark plain "
+        "| tshark gzip | tshark plain, start-up apart | default/tshark (plain) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    order = ("frame-dense", "small packets, large frames", "large packets")
+    for run in sorted(document["captures"], key=lambda r: (order.index(r["kind"]), -r["frames_per_mb"])):
+        b = run["backends"]
+        rates = [f"{b[n]['mb_per_s_median']:,.0f}" if n in b else "-"
+                 for n in ("scapy_fast_plain", "scapy_fast_gzip", "tshark_plain", "tshark_gzip")]
+        apart = run.get("tshark_plain_mb_per_s_without_startup")
+        rates.append(f"{apart:,.0f}" if apart is not None else "-")
+        ratio = (f"{b['scapy_fast_plain']['mb_per_s_median'] / b['tshark_plain']['mb_per_s_median']:.1f}x"
+                 if "tshark_plain" in b else "-")
+        lines.append(f"| {run['kind']} | `{Path(run['capture']).parent.name}` | {run['workers']} | "
+                     f"{run['capture_mb']:.1f} | {run['mean_packet_bytes'] / 1e3:.1f} KB | "
+                     f"{run['frames_per_mb']:.0f} | {' | '.join(rates)} | {ratio} |")
+    lines += [
+        "",
+        "Kinds (`decode_bench.kind`): *frame-dense*, at least 100 HTTP/2 frames per MB (small gRPC messages: "
+        "the cost is per frame); *large packets*, a mean captured packet of 16 KB or more (bulk tensor data "
+        "in GSO super-packets); *small packets, large frames*, the rest (MTU-sized packets of large messages). "
+        "A pcapng capture (`tiny16_lo_smallwin`) is read by the reference path, packet by packet; the small "
+        "captures' rates include each call's fixed costs; tshark's start-up (`tshark_startup_s`, timed on the "
+        "capture's first 100 packets) is taken apart in its own column.",
+        "",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   spread; and the capture's busy rate, the rate the job's tensors moved at while the link
   was backlogged (:func:`_busy_rate`). The model uses the one that, with the rest of the
   calibration, reproduces the calibration run's own step time at W = 1 (``bandwidth_source``;
-  both are kept in CLUSTER.json).
+  both are kept in CLUSTER.json). Where the link's rate is known (``run.json`` ``link``, or
+  ``link_rate_Bps``), both are held to what TCP payload can carry on it
+  (:mod:`calibration.ceiling`, docs/calibration.md §4.6).
 - **Window WIN** per direction: the receiver's HTTP/2 stream window (INITIAL_WINDOW_SIZE as
   the receiver advertised it, BDP-probe raises included) in force when each tensor stream
   started sending; the single value the ``http2`` model uses is the byte-weighted median
@@ -59,16 +61,17 @@ from pathlib import Path
 import numpy as np
 
 from calibration.capture_loss import MAX_LOSS_FRACTION, check_loss, link_losses
+from calibration.ceiling import Link, check_ceiling, link_from_run
 from calibration.fit import LineFit, nonnegative_line
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
 from calibration.runmatch import match_run, run_server_ports, run_tasks
-from netcapture import read_capture, summarise_iperf
+from netcapture import IperfSummary, read_capture, summarise_iperf
 from netcapture.inflight import bytes_in_flight
 from simulate.cluster import OverheadPlacement
 from simulate.cluster_file import CLUSTER_FORMAT, cluster_from_dict, flow_control_from_json
 from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
-from tfbase.errors import InputError, RunDirError, TraceWarning
+from tfbase.errors import InputError, RunDirError, TraceWarning, UsageError
 from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
 from tfprofile.rundir import open_run_dir, profile_from_run_dir, traced_steps
 
@@ -129,6 +132,7 @@ class Calibration:
     capture_loss: dict = dataclasses.field(default_factory=dict)
     kernel_drops: int | None = None
     allowed_loss: bool = False
+    link_ceiling: dict = dataclasses.field(default_factory=dict)  # when the link's rate is known (§4.6)
 
     @property
     def default_transfer(self) -> str:
@@ -159,6 +163,7 @@ class Calibration:
             "token_bucket": self.token_bucket,
             "queue_window_bytes": self.queue_window_bytes,
             **({"rpc": self.rpc} if self.rpc else {}),
+            **({"link_ceiling": self.link_ceiling} if self.link_ceiling else {}),
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
@@ -173,9 +178,9 @@ class Calibration:
         }
 
 
-def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
-    """Per direction: the iperf3 median rate and its spread."""
-    rates, spread = {}, {}
+def _bandwidth(run_dir: Path) -> tuple[dict, dict, dict[str, IperfSummary]]:
+    """Per direction: the iperf3 median rate, its spread, and the runs."""
+    rates, spread, summaries = {}, {}, {}
     for direction in DIRECTIONS:
         files = sorted((run_dir / "iperf3").glob(f"{direction}_*.json"))
         if not files:
@@ -192,7 +197,27 @@ def _bandwidth(run_dir: Path) -> tuple[dict, dict]:
         rates[direction] = summary.received_bits_per_s.median / 8
         spread[direction] = {"min": summary.received_bits_per_s.minimum / 8,
                              "max": summary.received_bits_per_s.maximum / 8, "runs": len(files)}
-    return rates, spread
+        summaries[direction] = summary
+    return rates, spread, summaries
+
+
+def _link_ceiling(link: Link, iperf: dict[str, IperfSummary], busy: dict,
+                  busy_steps: dict[str, list[tuple[int, float]]], capture: Path, allow: bool) -> dict:
+    """Hold the rates calibration measured to what TCP payload can carry on ``link``
+    (docs/calibration.md §4.6): per direction the busy rate, over the fewest bytes of a step it
+    counts (a step's ceiling is highest for the fewest bytes, which a shaper's bucket speeds most),
+    and iperf3's median, over its bytes in the shortest run."""
+    rates = []
+    for direction in DIRECTIONS:
+        if busy[direction] is not None:
+            rates.append((direction, "busy rate", busy[direction], min(total for total, _ in busy_steps[direction])))
+        summary = iperf[direction]
+        seconds = min((r.duration_s for r in summary.runs if r.duration_s > 0), default=0.0)
+        if seconds:
+            rates.append((direction, "iperf3 rate", summary.received_bytes_per_s,
+                          summary.received_bytes_per_s * seconds))
+    sizes = [r.mss_bytes for summary in iperf.values() for r in summary.runs if r.mss_bytes]
+    return check_ceiling(link, max(sizes, default=None), rates, capture, allow)
 
 
 def _queue_window(capture_path: Path, run) -> dict:
@@ -306,8 +331,9 @@ def _samples(capture, match) -> tuple[list[StreamSample], set[tuple[str, str]]]:
     return out, incomplete
 
 
-def _busy_rate(samples: list[StreamSample], incomplete: set[tuple[str, str]] = frozenset()) -> dict:
-    """Per direction: the rate tensors moved at while the link had data to send, or None.
+def _busy_rate(steps: dict[str, list[tuple[int, float]]]) -> dict:
+    """Per direction: the rate tensors moved at while the link had data to send, or None;
+    ``steps`` from :func:`_busy_steps`.
 
     For each traced step, the bytes of all the direction's streams over the time from the
     first large stream's send-ready time to the last DATA frame (the link is backlogged in
@@ -317,21 +343,26 @@ def _busy_rate(samples: list[StreamSample], incomplete: set[tuple[str, str]] = f
     Steps in ``incomplete`` (a stream of theirs unusable) are left out: with a stream missing
     the link was not backlogged throughout, and the bytes over the span mean nothing.
     """
+    return {direction: float(np.median([total / span for total, span in counted])) if counted else None
+            for direction, counted in steps.items()}
+
+
+def _busy_steps(samples: list[StreamSample], incomplete: set[tuple[str, str]]) -> dict[str, list[tuple[int, float]]]:
+    """Per direction, the ``(bytes, span in s)`` of each step the busy rate counts (:func:`_busy_rate`)."""
     out = {}
     for direction in DIRECTIONS:
         steps: dict[str, list[StreamSample]] = defaultdict(list)
         for s in samples:
             if s.direction == direction and (direction, s.step_file) not in incomplete:
                 steps[s.step_file].append(s)
-        rates = []
+        out[direction] = []
         for streams in steps.values():
             big = [s.send_ready_s for s in streams if s.size_bytes >= MIN_STREAM_BYTES]
             total = sum(s.size_bytes for s in streams)
             if big and total >= MIN_BUSY_BYTES:
                 span = max(s.last_data_s for s in streams) - min(big)
                 if span > 0:
-                    rates.append(total / span)
-        out[direction] = float(np.median(rates)) if rates else None
+                    out[direction].append((total, span))
     return out
 
 
@@ -507,7 +538,8 @@ def _kernel_drops(run: dict, capture) -> int | None:
     return capture.kernel_drops
 
 
-def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_loss: bool = False) -> Calibration:
+def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_loss: bool = False,
+                  link_rate_Bps: float | None = None, allow_above_ceiling: bool = False) -> Calibration:
     """Fit a cluster from a run directory made by ``tfsim collect --capture`` (docs/calibration.md).
 
     Parameters
@@ -521,6 +553,13 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         Calibrate from a capture although a direction lost more than
         :data:`calibration.capture_loss.MAX_LOSS_FRACTION` of its bytes (streams that lost
         frames are left out either way; CLUSTER.json records the loss).
+    link_rate_Bps : float, optional
+        The link's rate on the wire, in bytes/s (e.g. the NIC's speed), in place of the one
+        ``run.json`` records (``link``: the lab records its shaper). With either, every rate
+        calibration measures is held to what TCP payload can carry on that link
+        (docs/calibration.md §4.6).
+    allow_above_ceiling : bool
+        Calibrate although a measured rate is above that ceiling (CLUSTER.json records it).
 
     Returns
     -------
@@ -538,6 +577,9 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     calibration.capture_loss.CaptureLossError
         A direction lost more than ``MAX_LOSS_FRACTION`` of its bytes and ``allow_loss`` is
         false.
+    calibration.ceiling.RateAboveCeilingError
+        A rate measured from the capture or by iperf3 is above what TCP payload can carry on
+        the link, and ``allow_above_ceiling`` is false.
 
     Examples
     --------
@@ -557,7 +599,9 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     captures = sorted(run_dir.glob("capture.pcap*"))
     if not captures:
         raise RunDirError(run_dir, "has no capture.pcap(.gz): collect with --capture")
-    bandwidth, spread = _bandwidth(run_dir)
+    if link_rate_Bps is not None and not MIN_RATE_BPS <= link_rate_Bps <= MAX_RATE_BPS:
+        raise UsageError("link_rate_Bps", f"must be a rate from 1 kbit/s to 100 Tbit/s, not {link_rate_Bps!r} bytes/s")
+    bandwidth, spread, iperf = _bandwidth(run_dir)
     capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run))
     losses = link_losses(capture, {endpoint.port: role for endpoint, role in run_tasks(run).items()})
     check_loss(losses, captures[0], allow_loss)
@@ -569,7 +613,11 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     rpc = _rpc_chain(run, capture, match)
     queue_window = _queue_window(captures[0], run)
     fits, pooled = _overhead(samples)
-    busy = _busy_rate(samples, incomplete)
+    busy_steps = _busy_steps(samples, incomplete)
+    busy = _busy_rate(busy_steps)
+    link = Link(link_rate_Bps, "as given") if link_rate_Bps is not None else \
+        link_from_run(run.run, run_dir / "run.json")
+    ceiling = {} if link is None else _link_ceiling(link, iperf, busy, busy_steps, captures[0], allow_above_ceiling)
     with warnings.catch_warnings():
         # A skipped step is reported when the profile itself is built; here it would say it twice.
         warnings.filterwarnings("ignore", category=TraceWarning)
@@ -596,7 +644,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
             tensorflow=_tensorflow_version(run.run), capture_notes=tuple(notes),
             capture_loss={d: loss.to_json() for d, loss in losses.items()},
             kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
-            token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc,
+            token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc, link_ceiling=ceiling,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])

@@ -9,7 +9,10 @@ Backends (same records from both; the tests hold them to frame-for-frame agreeme
 - ``"scapy"`` (default): decodes in this process (:mod:`netcapture.scapy_backend`; classic
   pcap through compiled kernels, :mod:`netcapture.fastpath`).
 - ``"tshark"``: Wireshark's dissectors do TCP reassembly, HTTP/2, HPACK, gRPC and the
-  RecvTensor protobuf fields (:mod:`netcapture.tshark_backend`); needs ``tshark``.
+  RecvTensor protobuf fields (:mod:`netcapture.tshark_backend`); needs ``tshark``. A
+  connection the HTTP/2 dissector cannot decode whole (a lost segment, a start not
+  captured or out of order, a 4-tuple reused with the same sequence numbers) is decoded
+  from tshark's TCP payload by the default backend's decoder, with a warning.
 
 pyshark is not offered: it drives tshark's PDML output packet by packet and took 8 s on a
 2 MB capture and more than 10 minutes on 88 MB here, where the ``tshark`` backend reads the
@@ -57,7 +60,8 @@ class Capture:
     ``frames`` are all HTTP/2 frames in capture order; ``streams`` one record per HTTP/2
     stream; ``flow_control`` two timelines per connection (one per direction of data);
     ``connections`` a summary per HTTP/2 connection. ``tcp`` (reassembly statistics per
-    direction) and ``gaps`` come from the scapy backend only (tshark reassembles on its own);
+    direction) and ``gaps`` come from netcapture's reassembly: every connection of the scapy
+    backend, the tshark backend's rerouted ones (tshark reassembles the others on its own);
     ``losses`` says per direction of each connection what a damaged capture cost
     (:class:`~netcapture.backend.DirectionLoss`); ``warnings`` lists every defect noticed,
     one line each.

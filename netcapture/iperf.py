@@ -2,8 +2,8 @@
 
 One file (:func:`read_iperf`): the receiver's rate ``end.sum_received.bits_per_second``
 (what the link delivered; the bandwidth to calibrate with), the sender's
-``end.sum_sent.bits_per_second`` and retransmits, and each stream's
-``end.streams[i].sender`` RTT (iperf3 reports microseconds). A result whose JSON has an
+``end.sum_sent.bits_per_second`` and retransmits, each stream's ``end.streams[i].sender``
+RTT (iperf3 reports microseconds), and the TCP MSS (``start.tcp_mss_default``). A result whose JSON has an
 ``error`` field (server busy, connection refused, interrupted test) raises
 :class:`~netcapture.errors.IperfError` naming the file and quoting iperf3's message.
 
@@ -48,6 +48,7 @@ class IperfResult:
     reverse: bool
     congestion_control: str | None
     streams: tuple[IperfStream, ...]
+    mss_bytes: int | None = None  # start.tcp_mss (set with -M) or start.tcp_mss_default
 
     @property
     def received_bytes_per_s(self) -> float:
@@ -166,14 +167,16 @@ def read_iperf(path: str | os.PathLike) -> IperfResult:
         parsed.append(IperfStream(*(_optional_number(sender.get(key), path, f"end.streams[{number}].sender.{key}")
                                     for key in ("mean_rtt", "min_rtt", "max_rtt", "retransmits",
                                                 "max_snd_cwnd"))))
-    test_start = _object(_object(data.get("start"), path, "start").get("test_start"), path, "start.test_start")
+    start = _object(data.get("start"), path, "start")
+    test_start = _object(start.get("test_start"), path, "start.test_start")
+    mss = start.get("tcp_mss") or start.get("tcp_mss_default")
     congestion = end.get("sender_tcp_congestion")
     return IperfResult(
         path=str(path), received_bits_per_s=received, sent_bits_per_s=sent,
         duration_s=float(_optional_number(sum_sent.get("seconds"), path, "end.sum_sent.seconds") or 0.0),
         retransmits=_optional_number(sum_sent.get("retransmits"), path, "end.sum_sent.retransmits"),
         reverse=bool(test_start.get("reverse")), congestion_control=congestion if isinstance(congestion, str) else None,
-        streams=tuple(parsed),
+        streams=tuple(parsed), mss_bytes=max(0, int(_optional_number(mss, path, "start.tcp_mss_default") or 0)) or None,
     )
 
 

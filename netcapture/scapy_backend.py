@@ -45,8 +45,10 @@ number after ``REUSE_IDLE_S`` of silence) starts a new connection, told apart by
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from netcapture.backend import BackendResult, DirectionLoss
@@ -75,7 +77,7 @@ from netcapture.http2 import (
 )
 from netcapture.layers import ACK, SYN, TcpSegment, decode_tcp
 from netcapture.pcap import PcapReader, check_snaplen
-from netcapture.tcp import ConnectionId, DirectionReassembler, Endpoint
+from netcapture.tcp import ConnectionId, DirectionReassembler, Endpoint, TcpDirectionStats, TcpGap
 
 MAX_HELD_BYTES = 4 << 20
 # A capture that began mid-connection: the held bytes of either direction must show a chain of
@@ -546,8 +548,49 @@ def _decode(path: Path, server_ports: frozenset[int] | None, strict: bool, fast:
             raise
         truncated = True
         decoder.warn(exc.problem)
-    last_number, last_time, non_tcp = loop.last_number, loop.last_time, loop.non_tcp
     decoder.warnings[:0] = reader.notes
+    decoded = _finish(decoder, loop.last_number, loop.last_time)
+    return BackendResult(
+        path=path, backend="scapy", packets=reader.packets_read, file_format=reader.format,
+        truncated=truncated, kernel_drops=reader.kernel_drops, frames=decoded.frames,
+        tcp=decoded.tcp, gaps=decoded.gaps, losses=decoded.losses,
+        damaged_streams=decoded.damaged_streams, warnings=decoded.warnings,
+        other_tcp_connections=decoded.other_tcp_connections, non_tcp_packets=loop.non_tcp,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedSegments:
+    """What the decoder made of a capture's TCP segments: the parts of a
+    :class:`~netcapture.backend.BackendResult` that do not depend on how packets were read."""
+
+    frames: tuple[Http2Frame, ...]
+    tcp: tuple[TcpDirectionStats, ...]
+    gaps: tuple[TcpGap, ...]
+    losses: tuple[DirectionLoss, ...]
+    damaged_streams: frozenset[tuple[ConnectionId, int]]
+    warnings: tuple[str, ...]
+    other_tcp_connections: int
+
+
+def decode_segments(path: Path, segments: Iterable[tuple[TcpSegment, int, int]], last_packet: tuple[int, int],
+                    server_ports: frozenset[int] | None = None) -> DecodedSegments:
+    """Decode TCP segments another reader took from the capture ``path`` (messages name it):
+    ``(segment, packet number, time in ns)`` in file order, everything this module does from
+    reassembly on (the tshark backend's route for connections Wireshark's HTTP/2 dissector
+    cannot decode whole, :mod:`netcapture.tshark_backend`). ``last_packet``: the number and
+    time of the capture's last packet, where the capture ends for every connection.
+    """
+    decoder = _Decoder(path, server_ports)
+    for segment, packet_number, time_ns in segments:
+        decoder.segment(segment, packet_number, time_ns)
+    return _finish(decoder, *last_packet)
+
+
+def _finish(decoder: _Decoder, last_number: int, last_time: int) -> DecodedSegments:
+    """End every connection at the capture's last packet; the frames in capture order, and
+    per HTTP/2 direction its reassembly statistics and losses (warned about)."""
+    server_ports = decoder.server_ports
     connections = decoder.all_connections()
     for connection in connections:
         connection.finish(last_number, last_time)
@@ -573,11 +616,7 @@ def _decode(path: Path, server_ports: frozenset[int] | None, strict: bool, fast:
                 decoder.warn(f"{a[0]} <-> {a[1]}: not decodable as HTTP/2 (no connection preface at the start "
                              "of the captured client stream; was the capture started after the connection?)")
     decoder.frames.sort(key=lambda item: (item[0], item[1]))
-    return BackendResult(
-        path=path, backend="scapy", packets=reader.packets_read, file_format=reader.format,
-        truncated=truncated, kernel_drops=reader.kernel_drops,
-        frames=tuple(frame for _, _, frame in decoder.frames),
-        tcp=tuple(tcp_stats), gaps=tuple(gaps), losses=tuple(losses),
-        damaged_streams=frozenset(decoder.damaged_streams), warnings=tuple(decoder.warnings),
-        other_tcp_connections=others, non_tcp_packets=non_tcp,
-    )
+    return DecodedSegments(
+        frames=tuple(frame for _, _, frame in decoder.frames), tcp=tuple(tcp_stats), gaps=tuple(gaps),
+        losses=tuple(losses), damaged_streams=frozenset(decoder.damaged_streams),
+        warnings=tuple(decoder.warnings), other_tcp_connections=others)

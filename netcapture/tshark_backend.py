@@ -1,6 +1,8 @@
 """The reference backend: Wireshark's dissectors, through ``tshark -T fields``.
 
-tshark does everything the scapy backend does by itself, independently: TCP reassembly
+For every connection its HTTP/2 dissector can decode whole (every connection of the
+bundled undamaged captures; see Damage below for the others), tshark does everything the scapy
+backend does by itself, independently: TCP reassembly
 (``tcp.reassemble_out_of_order``, loopback captures are not in time order), HTTP/2
 framing and HPACK, gRPC message framing, and the RecvTensor protobuf fields (from a
 minimal ``.proto`` written to a temporary directory and loaded by tshark's protobuf
@@ -26,21 +28,45 @@ messages are all protobuf.
 
 Damage. A file tshark rejects at a bad record (a corrupt tail, captures written back to
 back) is decoded from a clean copy of the packets :func:`netcapture.pcap.salvage_copy` can
-read. Loss is measured from each direction's ``tcp.seq``/``tcp.nxtseq`` coverage: bytes
-never captured, and captured bytes tshark's HTTP/2 dissector did not frame
-(:class:`~netcapture.backend.DirectionLoss`, one warning per damaged direction).
+read.
 
-Limits: connections are told apart by tshark's ``tcp.stream`` index, numbered per 4-tuple
-into :attr:`ConnectionId.instance` (tshark starts a new index for a SYN with a new
-sequence number, not for the same run written twice). Unlike the scapy backend, tshark's
-HTTP/2 dissector does not resynchronise after a lost segment (the rest of the direction
-is reported as not decodable), and a connection whose preface is not in the capture is
-not decoded. tshark reports no TCP gap records, so ``Capture.tcp`` and ``Capture.gaps``
-stay empty; damaged streams are not marked.
+Connections Wireshark's HTTP/2 dissector cannot decode whole are decoded by netcapture's own
+decoder instead, from the TCP segments a second tshark pass prints (``tcp.seq_raw``,
+``tcp.flags``, ``tcp.payload``, no reassembly) for just their 4-tuples, fed to
+:func:`netcapture.scapy_backend.decode_segments`: reassembly, frame boundaries after a loss
+(:meth:`netcapture.http2.FrameSplitter.lose`), mid-connection starts, damaged streams,
+reused 4-tuples and loss accounting are then exactly the default backend's. A warning per
+4-tuple names the reason. The first pass tells such a connection from each direction's
+``tcp.seq``/``tcp.nxtseq`` coverage and the frames the dissector reported:
+
+- bytes never captured (a hole in the covered sequence range): the dissector does not
+  resynchronise after a lost segment, the rest of the direction would be lost;
+- bytes it did not frame, other than the frame the capture ended inside (at most one
+  frame, after the start of the furthest packet that completed a frame): frames missed at a
+  connection start the file has out of order, or after adjacent packets swapped;
+- no captured preface: HTTP/2 frames on a server port without it, or data without a SYN (a
+  capture started after the connection opened; only connections to ``server_ports`` when
+  given). A connection whose SYN was captured but whose client did not open with the
+  preface is not HTTP/2, as in the default backend;
+- a SYN from a side that had sent data: the 4-tuple used again with the same sequence
+  numbers, which tshark takes as retransmissions in one ``tcp.stream``;
+- a frame completed by data stamped later than the packet that filled the hole before it
+  (a file out of time order): Wireshark stamps the frame with the filler's time, netcapture
+  with the later of the two.
+
+What stays Wireshark's own: every connection of the bundled undamaged captures (the tests hold
+the two backends to frame-for-frame agreement on every bundled capture, with no warning, so no
+connection there takes the second route), a capture cut or with a corrupt tail, a 4-tuple
+reused with new sequence numbers (tshark gives it a new ``tcp.stream``, numbered per
+4-tuple into :attr:`ConnectionId.instance`). Its directions' losses say what the
+dissector decoded, and the frame the capture ended inside
+(:class:`~netcapture.backend.DirectionLoss`). ``Capture.tcp`` and ``Capture.gaps`` hold
+the rerouted connections' reassembly statistics only (tshark reports no gap records).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import os
 import re
@@ -71,7 +97,9 @@ from netcapture.http2 import (
     WINDOW_UPDATE,
     Http2Frame,
 )
+from netcapture.layers import ACK, FIN, SYN, TcpSegment
 from netcapture.pcap import salvage_copy
+from netcapture.scapy_backend import decode_segments
 from netcapture.tcp import ConnectionId, Endpoint
 
 AGGREGATOR = "\x1f"  # never in a field value: tshark prints control characters escaped
@@ -111,6 +139,13 @@ FIELDS = (
     "_ws.col.Info",
 )
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
+# The second pass, for connections the dissector cannot decode whole: each packet's TCP segment.
+SEGMENT_FIELDS = (
+    "frame.number", "frame.time_epoch", "ip.src", "ip.dst", "ipv6.src", "ipv6.dst", "tcp.srcport", "tcp.dstport",
+    "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.len", "tcp.payload",
+)
+_SEGMENT_INDEX = {name: i for i, name in enumerate(SEGMENT_FIELDS)}
+TCP_FLAG_BITS = 0x1FF  # tshark's tcp.flags has 12 bits; netcapture.layers keeps the 9 defined ones
 _INFO_DATA = re.compile(r"DATA\[(\d+)\]((?: \([A-Z0-9_-]+\))*)")
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)")
 _ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\", '"': '"'}
@@ -162,13 +197,15 @@ class _Cursor:
 
 
 class _Row:
-    def __init__(self, line: str):
+    def __init__(self, line: str, index: dict[str, int] = _INDEX):
+        """One line of ``-T fields`` output; ``index``: each field's column."""
         self.fields = line.rstrip("\n").split("\t")
-        if len(self.fields) < len(FIELDS):
-            self.fields += [""] * (len(FIELDS) - len(self.fields))
+        self.index = index
+        if len(self.fields) < len(index):
+            self.fields += [""] * (len(index) - len(self.fields))
 
     def get(self, name: str) -> str:
-        return self.fields[_INDEX[name]]
+        return self.fields[self.index[name]]
 
     def first(self, name: str) -> str:
         return self.get(name).split(AGGREGATOR)[0]
@@ -187,15 +224,20 @@ def _int(value: str | None, base: int = 10) -> int | None:
 
 
 class _Connection:
-    def __init__(self, index: int, instance: int = 0):
+    def __init__(self, index: int, endpoints: frozenset, instance: int = 0):
         self.index = index
+        self.endpoints = endpoints  # the 4-tuple, as two (address, port) ends
         self.instance = instance  # how many connections used this 4-tuple before
         self.client: tuple[str, int] | None = None
         self.id: ConnectionId | None = None
         self.held: list[tuple[tuple[str, int], dict]] = []  # frames seen before the preface
         self.paths: dict[int, str] = {}
-        self.segments: dict[tuple[str, int], list[tuple[int, int]]] = {}  # src -> (seq, nxtseq) with data
-        self.framed_to: dict[tuple[str, int], int] = {}  # src -> nxtseq of the last packet that ended a frame
+        # src -> (seq, nxtseq, time in ns) of each packet with data, in file order
+        self.segments: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        # src -> (seq, nxtseq) of the furthest packet that completed a frame
+        self.last_framing: dict[tuple[str, int], tuple[int, int]] = {}
+        self.syn_seen = False
+        self.syn_after_data = False  # a SYN from a side that had sent data: the 4-tuple used again
         self.received: dict[tuple[int, bool], int] = {}  # gRPC accounting per stream direction
         self.consumed: dict[tuple[int, bool], int] = {}
 
@@ -206,12 +248,17 @@ class _Decoder:
         self.connections: dict[int, _Connection] = {}
         self.instances: dict[frozenset, int] = {}
         self.frames: list[Http2Frame] = []
-        self.warnings: list[str] = []
+        self.notes: list[tuple[int | None, str]] = []  # (tcp.stream or None, warning)
         self.packets = 0
+        self.last_time_ns = 0
+
+    def warn(self, connection: _Connection | None, message: str) -> None:
+        self.notes.append((None if connection is None else connection.index, message))
 
     def row(self, row: _Row) -> None:
         number = int(row.get("frame.number"))
         self.packets = number
+        self.last_time_ns = _epoch_ns(row.get("frame.time_epoch"))
         cap_len, wire_len = int(row.get("frame.cap_len")), int(row.get("frame.len"))
         if cap_len < wire_len:
             raise SnaplenError(self.path, f"packet {number} was cut to {cap_len} of its {wire_len} bytes by the "
@@ -228,12 +275,15 @@ class _Decoder:
             # tshark gives a reused 4-tuple a new tcp.stream: number them per 4-tuple, in order.
             key = frozenset((src, dst))
             instance = self.instances[key] = self.instances.get(key, -1) + 1
-            connection = self.connections[int(stream_index)] = _Connection(int(stream_index), instance)
+            connection = self.connections[int(stream_index)] = _Connection(int(stream_index), key, instance)
         flags = _int(row.first("tcp.flags"), 16) or 0
+        if flags & SYN:
+            connection.syn_seen = True
+            connection.syn_after_data |= src in connection.segments
         seq, nxtseq = _int(row.first("tcp.seq")), _int(row.first("tcp.nxtseq"))
-        if seq is not None and nxtseq is not None and nxtseq > seq + (flags & 0x03 != 0):
-            connection.segments.setdefault(src, []).append((seq, nxtseq))
-        if flags & 0x12 == 0x02 and connection.client is None:
+        if seq is not None and nxtseq is not None and nxtseq > seq + (flags & (SYN | FIN) != 0):
+            connection.segments.setdefault(src, []).append((seq, nxtseq, self.last_time_ns))
+        if flags & (SYN | ACK) == SYN and connection.client is None:
             connection.client = src
         if _unescape(row.get("http2.magic")) == PREFACE.decode() and (connection.client in (None, src)):
             connection.client = src
@@ -243,46 +293,82 @@ class _Decoder:
                 self._frames(connection, held_src, packet)
         if not row.get("http2.type"):
             return
-        packet = {"number": number, "time_ns": _epoch_ns(row.get("frame.time_epoch")), "row": row,
+        packet = {"number": number, "time_ns": self.last_time_ns, "row": row, "seq": seq or 0,
                   "nxtseq": nxtseq or 0}
         if connection.id is None:
             connection.held.append((src, packet))
         else:
             self._frames(connection, src, packet)
 
-    def losses(self) -> tuple[DirectionLoss, ...]:
-        """Per direction of each HTTP/2 connection: the TCP bytes never captured (holes in the
-        covered sequence range) and the bytes tshark's dissector did not frame."""
+    def assess(self, server_ports: frozenset[int] | None) -> tuple[tuple[DirectionLoss, ...], dict[frozenset, str]]:
+        """What Wireshark's dissector made of each connection: per direction of the connections
+        it decoded whole, the :class:`~netcapture.backend.DirectionLoss` (nothing lost; a frame
+        the capture ended inside counted apart); and the 4-tuples it could not decode whole,
+        each with the reason, for netcapture's own decoder (see the module docstring)."""
         framed: dict[tuple[ConnectionId, bool], int] = {}
         largest: dict[tuple[ConnectionId, bool], int] = {}
+        ends: dict[tuple[ConnectionId, bool], list[int]] = {}  # where each frame ends, after the preface
         for frame in self.frames:
             key = (frame.connection, frame.from_client)
             framed[key] = framed.get(key, 0) + FRAME_HEADER_BYTES + frame.length
+            ends.setdefault(key, []).append(framed[key])
             largest[key] = max(largest.get(key, DEFAULT_MAX_FRAME_BYTES), frame.length)
-        out = []
+        losses, redo = [], {}
         for connection in self.connections.values():
             if connection.id is None:
+                reason = self._undecoded_reason(connection, server_ports)
+                if reason:
+                    redo.setdefault(connection.endpoints, reason)
                 continue
+            if connection.syn_after_data:
+                redo.setdefault(connection.endpoints, "a SYN after data: the 4-tuple used again")
+                continue
+            kept = []
             for from_client in (True, False):
                 src = connection.client if from_client else (connection.id.server_ip, connection.id.server_port)
                 dst = (connection.id.server_ip, connection.id.server_port) if from_client else connection.client
                 segments = connection.segments.get(src, [])
                 covered, span, holes = _coverage(segments)
+                if holes:
+                    redo.setdefault(connection.endpoints, f"{span - covered} bytes never captured")
+                    break
                 decoded = framed.get((connection.id, from_client), 0) + (len(PREFACE) if from_client else 0)
-                decoded = min(decoded, covered)
-                # After the last packet that ended a frame: the frame the capture ended inside,
-                # if it can be one frame (more is what the dissector gave up on).
-                end = max((nxt for _, nxt in segments), default=0)
-                tail = max(0, end - connection.framed_to.get(src, end))
-                one_frame = FRAME_HEADER_BYTES + largest.get((connection.id, from_client), DEFAULT_MAX_FRAME_BYTES)
                 undecoded = covered - decoded
-                # (The last packet that ended a frame may hold that frame's first bytes too.)
-                unfinished = undecoded if 0 < tail <= one_frame and undecoded <= one_frame else 0
-                out.append(DirectionLoss(connection.id, from_client, Endpoint(*src), Endpoint(*dst),
-                                         decoded_bytes=decoded, lost_bytes=span - covered,
-                                         skipped_bytes=covered - decoded - unfinished, gaps=holes,
-                                         unfinished_bytes=unfinished))
-        return tuple(out)
+                start = min((seq for seq, _, _ in segments), default=0)
+                end = start + covered
+                # Bytes not framed are the frame the capture ended inside when they are at most
+                # one frame, all after the start of the furthest packet that completed a frame
+                # and at least what came after that packet (it may hold the frame's first bytes).
+                first, last = connection.last_framing.get(src, (start, start + (decoded if from_client else 0)))
+                one_frame = FRAME_HEADER_BYTES + largest.get((connection.id, from_client), DEFAULT_MAX_FRAME_BYTES)
+                if undecoded < 0 or (undecoded and not end - last <= undecoded <= min(end - first, one_frame)):
+                    redo.setdefault(connection.endpoints, f"{abs(undecoded)} bytes it did not frame")
+                    break
+                # The frames tile the direction from its start: where each one ends is known.
+                first_frame = start + (len(PREFACE) if from_client else 0)
+                frame_ends = [first_frame + e for e in ends.get((connection.id, from_client), [])]
+                if _completed_from_the_past(segments, frame_ends):
+                    redo.setdefault(connection.endpoints, "a frame completed by data stamped after the packet that "
+                                    "filled the hole before it: the file is out of time order")
+                    break
+                kept.append(DirectionLoss(connection.id, from_client, Endpoint(*src), Endpoint(*dst),
+                                          decoded_bytes=decoded, lost_bytes=0, skipped_bytes=0,
+                                          unfinished_bytes=undecoded))
+            else:
+                losses.extend((connection.endpoints, loss) for loss in kept)
+        return tuple(loss for endpoints, loss in losses if endpoints not in redo), redo
+
+    @staticmethod
+    def _undecoded_reason(connection: _Connection, server_ports: frozenset[int] | None) -> str | None:
+        """Why a connection without a captured preface may still be HTTP/2 (``None``: it is not):
+        frames found on a server port, or data with no SYN (a capture started after it opened)."""
+        if server_ports is not None and not any(port in server_ports for _, port in connection.endpoints):
+            return None
+        if connection.held:
+            return "HTTP/2 frames without a captured connection preface"
+        if connection.segments and not connection.syn_seen:
+            return "no connection preface: the capture starts after the connection opened"
+        return None
 
     def _frames(self, connection: _Connection, src: tuple[str, int], packet: dict) -> None:
         row: _Row = packet["row"]
@@ -291,8 +377,8 @@ class _Decoder:
         streams, lengths, flag_values = (row.cursor(n).values for n in ("http2.streamid", "http2.length",
                                                                          "http2.flags"))
         if not (len(types) == len(streams) == len(lengths) == len(flag_values)):
-            self.warnings.append(f"packet {packet['number']}: tshark's HTTP/2 fields do not line up; "
-                                 "the packet's frames are skipped")
+            self.warn(connection, f"packet {packet['number']}: tshark's HTTP/2 fields do not line up; "
+                                  "the packet's frames are skipped")
             return
         cursors = {name: row.cursor(name) for name in FIELDS if name.startswith(("http2.", "grpc.", "pbf."))}
         built = []
@@ -301,8 +387,8 @@ class _Decoder:
                                      int(flag, 16), cursors))
         built = self._attach_grpc(connection, from_client, packet, row, built, cursors)
         self.frames.extend(built)
-        if built:
-            connection.framed_to[src] = max(connection.framed_to.get(src, 0), packet["nxtseq"])
+        if built and packet["nxtseq"] > connection.last_framing.get(src, (0, 0))[1]:
+            connection.last_framing[src] = (packet["seq"], packet["nxtseq"])
 
     def _frame(self, connection: _Connection, from_client: bool, packet: dict, kind: int, stream: int,
                length: int, flags: int, cursors: dict[str, _Cursor]) -> Http2Frame:
@@ -354,8 +440,8 @@ class _Decoder:
         data_frames = [i for i, f in enumerate(frames) if f.type == DATA]
         if len(marks) != len(data_frames) or sum(marks) != len(lengths):
             if lengths:
-                self.warnings.append(f"packet {packet['number']}: cannot tell which DATA frames complete its "
-                                     f"{len(lengths)} gRPC messages")
+                self.warn(connection, f"packet {packet['number']}: cannot tell which DATA frames complete its "
+                                      f"{len(lengths)} gRPC messages")
             marks = [0] * len(data_frames)
         for i in data_frames:
             key = (frames[i].stream_id, from_client)
@@ -377,13 +463,13 @@ class _Decoder:
             mine, queue = queue[:count], queue[count:]
             consumed = connection.consumed.get(key, 0) + sum(5 + length for length, _ in mine)
             if consumed > after[i]:
-                self.warnings.append(f"packet {packet['number']}: gRPC messages longer than stream "
-                                     f"{frames[i].stream_id}'s data so far")
+                self.warn(connection, f"packet {packet['number']}: gRPC messages longer than stream "
+                                      f"{frames[i].stream_id}'s data so far")
             connection.consumed[key] = consumed
             assigned[i] = mine
         if queue:
-            self.warnings.append(f"packet {packet['number']}: {len(queue)} gRPC messages could not be assigned "
-                                 "to a DATA frame")
+            self.warn(connection, f"packet {packet['number']}: {len(queue)} gRPC messages could not be assigned "
+                                  "to a DATA frame")
         return self._recv_tensor_fields(connection, from_client, packet, row, frames, assigned)
 
     def _recv_tensor_fields(self, connection: _Connection, from_client: bool, packet: dict, row: _Row,
@@ -399,8 +485,8 @@ class _Decoder:
         requests_ok = requests == len(keys.values) == len(steps.values)
         responses_ok = responses == len(contents)
         if (requests and not requests_ok) or (responses and not responses_ok):
-            self.warnings.append(f"packet {packet['number']}: RecvTensor protobuf fields do not line up with its "
-                                 "gRPC messages; their keys or sizes are left out")
+            self.warn(connection, f"packet {packet['number']}: RecvTensor protobuf fields do not line up with its "
+                                  "gRPC messages; their keys or sizes are left out")
         out = list(frames)
         for i, messages in sorted(assigned.items()):
             recv_tensor = connection.paths.get(frames[i].stream_id) == RECV_TENSOR_PATH
@@ -533,33 +619,87 @@ def _decode(path: Path, source: Path, server_ports: frozenset[int] | None, stric
         if strict:
             raise TruncatedCapture(path, f"{exc.problem}; {decoder.packets} complete packets read") from None
         truncated = True
-        decoder.warnings.append(f"the file is cut short: the capture ends inside a packet after "
-                                f"{decoder.packets} complete packets")
-    undecided = [c for c in decoder.connections.values() if c.held]
-    for connection in undecided:
-        decoder.warnings.append(f"tcp.stream {connection.index}: HTTP/2 frames without a captured connection "
-                                "preface were not decoded")
-    losses = decoder.losses()
-    decoder.warnings.extend(loss.describe() for loss in losses if loss.lost_bytes or loss.skipped_bytes)
+        decoder.warn(None, f"the file is cut short: the capture ends inside a packet after "
+                     f"{decoder.packets} complete packets")
+    losses, redo = decoder.assess(server_ports)
+    redone = {c.index for c in decoder.connections.values() if c.endpoints in redo}
+    warnings = [note for index, note in decoder.notes if index not in redone]
+    frames = [frame for frame in decoder.frames if _endpoints(frame.connection) not in redo]
+    others = sum(1 for c in decoder.connections.values() if c.id is None and c.index not in redone)
+    tcp, gaps, damaged = (), (), frozenset()
+    if redo:
+        own = decode_segments(path, _segments(source, redo, tshark, path), (decoder.packets, decoder.last_time_ns),
+                              server_ports)
+        http2 = {_endpoints(loss.connection) for loss in own.losses}  # (a connection found not HTTP/2: no note)
+        for endpoints, reason in redo.items():
+            if endpoints in http2:
+                a, b = sorted(endpoints)
+                warnings.append(f"{Endpoint(*a)} <-> {Endpoint(*b)}: Wireshark's HTTP/2 dissector cannot decode this "
+                                f"connection whole ({reason}); decoded from tshark's TCP payload by netcapture's "
+                                "own HTTP/2 decoder, as the default backend does")
+        frames += own.frames
+        losses += own.losses
+        tcp, gaps, damaged = own.tcp, own.gaps, own.damaged_streams
+        warnings += own.warnings
+        others += own.other_tcp_connections
     # Capture order. A connection's frames seen before its client preface (a server's SETTINGS
     # sent first) are decoded only once the preface comes, after other connections' later
     # frames; a packet's own frames keep their order (the sort is stable).
-    frames = sorted(decoder.frames, key=lambda frame: frame.packet_number)
+    frames.sort(key=lambda frame: frame.packet_number)
     return BackendResult(path=path, backend="tshark", packets=decoder.packets, file_format=_format(path),
-                         truncated=truncated, kernel_drops=None, frames=tuple(frames), losses=losses,
-                         warnings=tuple(decoder.warnings),
-                         other_tcp_connections=sum(1 for c in decoder.connections.values() if c.id is None))
+                         truncated=truncated, kernel_drops=None, frames=tuple(frames), tcp=tcp, gaps=gaps,
+                         losses=losses, damaged_streams=damaged, warnings=tuple(warnings),
+                         other_tcp_connections=others)
 
 
-def _coverage(segments: list[tuple[int, int]]) -> tuple[int, int, int]:
+def _endpoints(connection: ConnectionId) -> frozenset:
+    return frozenset(((connection.client_ip, connection.client_port), (connection.server_ip, connection.server_port)))
+
+
+def _segments(source: Path, redo: dict[frozenset, str], tshark: str, path: Path
+              ) -> Iterator[tuple[TcpSegment, int, int]]:
+    """The TCP segments of the 4-tuples in ``redo``, from tshark without reassembly, in file
+    order: ``(segment, packet number, time in ns)``, for
+    :func:`netcapture.scapy_backend.decode_segments`."""
+    matches = []
+    for endpoints in sorted(redo, key=sorted):
+        (ip_a, port_a), (ip_b, port_b) = sorted(endpoints)
+        address = "ipv6.addr" if ":" in ip_a else "ip.addr"
+        matches.append(f"({address}=={ip_a} && {address}=={ip_b} && tcp.port=={port_a} && tcp.port=={port_b})")
+    command = [tshark, "-r", str(source), "-n", "-o", "tcp.desegment_tcp_streams:FALSE",
+               "-Y", f"tcp && !icmp && !icmpv6 && ({' || '.join(matches)})",
+               "-T", "fields", "-E", "occurrence=a", "-E", f"aggregator={AGGREGATOR}", "-E", "separator=/t",
+               "-E", "quote=n", "-E", "header=n"]
+    for field in SEGMENT_FIELDS:
+        command += ["-e", field]
+    try:
+        for line in _run_lines(command, path):
+            row = _Row(line, _SEGMENT_INDEX)
+            src = (row.last("ip.src") or row.last("ipv6.src"), int(row.first("tcp.srcport")))
+            dst = (row.last("ip.dst") or row.last("ipv6.dst"), int(row.first("tcp.dstport")))
+            if frozenset((src, dst)) not in redo:
+                continue  # the same addresses and ports, paired the other way round
+            payload = bytes.fromhex(row.first("tcp.payload"))
+            if len(payload) != int(row.first("tcp.len") or 0):
+                raise TsharkError(path, f"packet {row.get('frame.number')}: tshark gave {len(payload)} bytes of TCP "
+                                  f"payload for a segment of {row.first('tcp.len')}")
+            segment = TcpSegment(src[0], src[1], dst[0], dst[1], int(row.first("tcp.seq_raw")),
+                                 int(row.first("tcp.ack_raw") or 0), int(row.first("tcp.flags"), 16) & TCP_FLAG_BITS,
+                                 payload)
+            yield segment, int(row.get("frame.number")), _epoch_ns(row.get("frame.time_epoch"))
+    except TruncatedCapture:
+        return  # the first pass said where the file stops
+
+
+def _coverage(segments: list[tuple[int, int, int]]) -> tuple[int, int, int]:
     """``(bytes covered, span from the lowest to the highest sequence number, holes)`` of a
-    direction's ``(seq, nxtseq)`` segments (retransmissions and overlaps counted once)."""
+    direction's ``(seq, nxtseq, time)`` segments (retransmissions and overlaps counted once)."""
     if not segments:
         return 0, 0, 0
     covered = holes = 0
     ordered = sorted(segments)
-    start, end = ordered[0]
-    for seq, nxt in ordered[1:]:
+    start, end, _ = ordered[0]
+    for seq, nxt, _ in ordered[1:]:
         if seq > end:
             covered += end - start
             holes += 1
@@ -568,6 +708,35 @@ def _coverage(segments: list[tuple[int, int]]) -> tuple[int, int, int]:
             end = max(end, nxt)
     covered += end - start
     return covered, end - ordered[0][0], holes
+
+
+def _completed_from_the_past(segments: list[tuple[int, int, int]], frame_ends: list[int]) -> bool:
+    """Whether, in file order, a hole in a direction's ``(seq, nxtseq, time)`` segments was
+    filled by a packet stamped earlier than data waiting behind the hole that completes a frame
+    (one of the sorted ``frame_ends``). Wireshark gives such a frame the filler's time;
+    netcapture the later of the two (:meth:`netcapture.tcp.DirectionReassembler._drain`), the
+    time the frame's bytes were all there in a capture whose file order is not time order."""
+    if not segments:
+        return False
+    contiguous = min(seq for seq, _, _ in segments)
+    waiting: list[tuple[int, int, int]] = []  # (seq, nxtseq, time) beyond a hole
+    for seq, nxt, time_ns in segments:
+        if seq > contiguous:
+            waiting.append((seq, nxt, time_ns))
+            continue
+        contiguous = max(contiguous, nxt)
+        while waiting:
+            ready = sorted(w for w in waiting if w[0] <= contiguous)
+            if not ready:
+                break
+            waiting = [w for w in waiting if w[0] > contiguous]
+            for w_seq, w_nxt, w_time in ready:
+                new_from = max(w_seq, contiguous)
+                if w_time > time_ns and bisect.bisect_right(frame_ends, w_nxt) > bisect.bisect_right(frame_ends,
+                                                                                                     new_from):
+                    return True
+                contiguous = max(contiguous, w_nxt)
+    return False
 
 
 def _format(path: Path) -> str:

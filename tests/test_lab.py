@@ -90,6 +90,12 @@ def test_quick_preset_end_to_end(tmp_path):
     assert f"| tiny-100mbit | PS {share:.2f}, w {share:.2f} | 1 |" in page and "measured again" in page
     assert (tmp_path / "tiny-100mbit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "tiny-100mbit" / "CLUSTER.json").exists()
+    # The profiling run records its link's shaper; calibration held its rates to that link's ceiling.
+    link = json.loads((tmp_path / "tiny-100mbit" / "profile-run" / "run.json").read_text())["link"]
+    assert link["rate_bit_s"] == 100_000_000 and link["peak_rate_bit_s"] == 102_000_000
+    ceiling = json.loads((tmp_path / "tiny-100mbit" / "CLUSTER.json").read_text())["link_ceiling"]
+    assert ceiling["link"]["rate_Bps"] == 12.5e6 and ceiling["mss_bytes"] and not ceiling["above"]
+    assert {c["rate"] for c in ceiling["checks"]} >= {"iperf3 rate"}
     assert set(list_namespaces()) == before
     from tfsim.lab.cgroups import PREFIX, find_hierarchy
 

@@ -71,10 +71,10 @@ def test_a_shaper_that_drops_and_tcp_that_recovers_are_counted():
 
 
 def test_the_shapers_buffer_is_tbfs_limit():
-    from tfsim.lab.netns import Transport, tbf_burst_bytes
+    from tfsim.lab.netns import Shaper, Transport
 
     rate = 100_000_000  # 12.5 MB/s
-    burst = tbf_burst_bytes(rate)
+    burst = Shaper.of(rate).burst_bytes
     assert Transport(queue_ms=5).buffer_bytes(rate) == 62_500 + burst
     assert Transport(queue_ms=50).buffer_bytes(rate) == 625_000 + burst
     assert Transport(queue_bytes=2_000_000).buffer_bytes(rate) == 2_000_000

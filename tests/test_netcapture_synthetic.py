@@ -290,6 +290,30 @@ def test_out_of_order_segments_complete_frames_at_the_packet_that_fills_the_hole
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_frame_completed_behind_a_hole_gets_the_later_stamp_when_the_file_is_out_of_time_order(tmp_path, backend):
+    conv = grpc_conversation(tensor_bytes=30_000)
+    segments = conv.segments(size=2_000, client_size=120)
+    ends = [end for end, *_ in conv.server_frames]
+    # Two server segments in a row, the second completing a frame: swapped in the file, stamps kept.
+    k = next(i for i in range(len(segments) - 1) if not segments[i].from_client and not segments[i + 1].from_client
+             and any(segments[i + 1].offset < end <= segments[i + 1].offset + len(segments[i + 1].payload)
+                     for end in ends))
+    packets = build_packets(conv, segments)
+    first, second = 3 + k, 4 + k  # list indexes after the 3 handshake packets
+    packets[first], packets[second] = packets[second], packets[first]
+    path = write(tmp_path, "stamps.pcap", pcap_bytes(packets, nanoseconds=True))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        capture = read_capture(path, backend)
+    later, filler = packets[first][0], packets[second][0]
+    # The filler's packet completes its own frames (its stamp) and the waiting data's (the later one).
+    stamps = {f.time_ns for f in capture.frames if f.packet_number == second + 1 and not f.from_client}
+    assert later > filler and later in stamps and stamps <= {filler, later}
+    notes = [str(w.message) for w in caught]
+    assert any("out of time order" in n for n in notes) == (backend == "tshark")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_retransmitted_bytes_are_dropped_once_delivered(tmp_path, backend):
     conv = grpc_conversation(tensor_bytes=20_000)
     segments = conv.segments(size=1_500, client_size=200)
@@ -484,12 +508,13 @@ def test_non_grpc_http2_decodes_but_matches_no_tensor(tmp_path, backend):
         match_run(capture, run)
 
 
-def test_connection_captured_after_its_start_is_not_decoded(tmp_path):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_connection_captured_after_its_start_is_not_decoded(tmp_path, backend):
     conv = grpc_conversation(tensor_bytes=20_000)
     segments = conv.segments(size=1_500)[6:]  # the preface and SETTINGS were before the capture
     path = write(tmp_path, "late.pcap", pcap_bytes(build_packets(conv, segments, handshake=False)))
     with pytest.raises(NoHttp2Error, match="1 TCP connection"):
-        read_capture(path)
+        read_capture(path, backend)
 
 
 def test_not_a_capture_file(tmp_path):

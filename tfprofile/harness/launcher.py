@@ -220,6 +220,7 @@ def collect(
     task_wrappers: Sequence[Sequence[str]] | None = None,
     capture_interface: str = "lo",
     on_event: Callable[[dict], None] | None = None,
+    run_record: dict | None = None,
 ) -> Path:
     """Run the job described by ``config``; return the completed run directory.
 
@@ -227,7 +228,8 @@ def collect(
     ``["ip", "netns", "exec", NS]`` per task) let the same launcher run tasks inside
     network namespaces; by default every task listens on 127.0.0.1. ``task_wrappers`` (one
     argv per task, before its prefix) wrap the TensorFlow tasks only, not the measuring tools
-    (the lab's CPU quota: ``python -m tfsim.lab.cgexec ...``).
+    (the lab's CPU quota: ``python -m tfsim.lab.cgexec ...``). ``run_record``: more keys for
+    ``run.json`` (the lab's ``link``).
 
     With ``config.capture``, iperf3 first measures the link from the chief worker's host to
     PS 0's host (both directions, raw results in ``iperf3/``; ``iperf_repeats = 0`` skips it),
@@ -391,7 +393,7 @@ def collect(
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
                               "host": "ps0" if config.capture_site is CaptureSite.PS else "worker0",
                               "filter": capture_filter(ports), **counts}
-        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record)
+        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record, run_record)
         if out.exists():
             shutil.rmtree(out)
         os.replace(partial, out)

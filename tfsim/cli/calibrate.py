@@ -23,6 +23,13 @@ def register(sub) -> None:
                    help="calibrate although a direction of the capture lost more than 1%% of its bytes (dropped "
                         "packets); streams that lost frames are left out either way, and CLUSTER.json records the "
                         "loss")
+    p.add_argument("--link-rate", metavar="RATE",
+                   help="the link's rate on the wire (e.g. 10gbit, the NIC's speed), in place of the one run.json "
+                        "records (the lab records its shaper): every rate measured is held to what TCP payload can "
+                        "carry on it")
+    p.add_argument("--allow-above-ceiling", action="store_true",
+                   help="calibrate although a measured rate (the capture's busy rate, iperf3's) is above what TCP "
+                        "payload can carry on the link; CLUSTER.json records it")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
     p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
     p.set_defaults(handler=run)
@@ -31,12 +38,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from calibration.calibrate import calibrate_run
     from calibration.capture_loss import MAX_LOSS_FRACTION, CaptureLossError
+    from calibration.ceiling import RateAboveCeilingError
     from calibration.summary import format_calibration
     from simulate.cluster_file import save_cluster
     from tfbase.errors import UsageError
     from tfbase.fileio import Outputs
+    from tfbase.units import parse_rate
     from tfsim.cli.console import console
 
+    link_rate = parse_rate(args.link_rate, "--link-rate") if args.link_rate is not None else None
     with Outputs() as outputs:
         output = outputs.file(args.output, "-o")
         plots = None
@@ -47,11 +57,16 @@ def run(args) -> int:
             raise UsageError("--json", "prints the cluster on standard output, which -o - already writes to")
         console.text_to_stderr = outputs.to_stdout
         try:
-            calibration = calibrate_run(args.run_dir, backend=args.backend, allow_loss=args.allow_loss)
+            calibration = calibrate_run(args.run_dir, backend=args.backend, allow_loss=args.allow_loss,
+                                        link_rate_Bps=link_rate, allow_above_ceiling=args.allow_above_ceiling)
         except CaptureLossError as exc:
             raise CaptureLossError(exc.source, f"the {exc.direction} lost {exc.loss.describe()}, more than "
                                    f"{100 * MAX_LOSS_FRACTION:g}%: capture again with a larger buffer (tcpdump -B), "
                                    "or accept the loss with --allow-loss", exc.direction, exc.loss) from None
+        except RateAboveCeilingError as exc:
+            raise RateAboveCeilingError(exc.source, f"{exc.finding}: a measurement error (or a wrong link rate: "
+                                        "--link-rate gives it), or accept it with --allow-above-ceiling",
+                                        exc.direction, exc.what, exc.rate_Bps, exc.ceiling_Bps, exc.finding) from None
         document = calibration.to_cluster_json()
         save_cluster(document, output)
         if plots is not None:

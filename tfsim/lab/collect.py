@@ -8,7 +8,7 @@ from pathlib import Path
 from tfbase.load import LoadMeter, LoadSample
 from tfprofile.harness.launcher import CollectConfig, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
-from tfsim.lab.netns import EmulatedCluster, Transport, allowed_congestion_control, terminate_on_signals
+from tfsim.lab.netns import EmulatedCluster, Shaper, Transport, allowed_congestion_control, terminate_on_signals
 from tfsim.lab.netstats import HostLinkCounters, read_host_counters
 
 
@@ -54,7 +54,8 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
     job there, tear both down; return the :class:`LabRun`. ``transport``: the links' queue and
     TCP's settings (:class:`~tfsim.lab.netns.Transport`). With ``config.capture`` the capture
     is taken on the chief worker's ``eth0`` and iperf3 runs from the chief to PS 0 (both
-    outside the tasks' cgroups: they are the measuring instruments, not the job)."""
+    outside the tasks' cgroups: they are the measuring instruments, not the job). ``run.json``
+    records the links' shaper (``link``), which calibration holds measured rates to."""
     quotas = quotas or HostQuotas()
     transport = transport or Transport()
     names = host_names(config.ps_tasks, config.workers)
@@ -65,7 +66,8 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
         with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter:
             out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
                           command_prefixes=[h.exec_prefix() for h in hosts],
-                          task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0")
+                          task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0",
+                          run_record={"link": Shaper.of(rate_bit).link_record()})
         tasks = {g.name: g.stats() for g in groups}
         links = {n: read_host_counters(cluster.hosts[n].namespace, cluster.bridge_namespace, cluster.port_of(n))
                  for n in names}

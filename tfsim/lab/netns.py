@@ -140,7 +140,7 @@ class Transport:
     def buffer_bytes(self, rate_bit: int) -> int:
         """The bytes a shaped link holds before it drops: tbf's ``limit``, which ``latency``
         sets to the rate times the latency plus the bucket (``tc-tbf(8)``)."""
-        burst = tbf_burst_bytes(rate_bit)
+        burst = Shaper.of(rate_bit).burst_bytes
         if self.queue_bytes is not None:
             return max(self.queue_bytes, burst)
         return int(rate_bit / 8 * self.queue_ms / 1e3) + burst
@@ -154,21 +154,42 @@ class Transport:
         return out
 
 
-def tbf_burst_bytes(rate_bit: int) -> int:
-    """The shaper's bucket: it must hold a whole GSO super-packet (veth hands tbf up to 64 KiB
-    at once) and one timer tick of traffic."""
-    return max(96 * 1024, rate_bit // 8 // 250)
+GSO_BUCKET_BYTES = 96 * 1024  # a GSO super-packet (64 KiB) with room
+TBF_TICKS_PER_S = 250
+PEAK_RATE_FACTOR = 1.02
+
+
+@dataclasses.dataclass(frozen=True)
+class Shaper:
+    """One link's tbf: ``rate_bit`` with a bucket of ``burst_bytes``, and a second bucket of
+    ``peak_burst_bytes`` at ``peak_rate_bit``."""
+
+    rate_bit: int
+    burst_bytes: int
+    peak_rate_bit: int
+    peak_burst_bytes: int
+
+    @classmethod
+    def of(cls, rate_bit: int) -> Shaper:
+        # The bucket must hold a whole GSO super-packet (veth hands tbf up to 64 KiB at once) and
+        # one timer tick of traffic. A bucket alone would let an idle link send that much at veth
+        # speed, a burst no real NIC makes, so a second bucket (peakrate, one packet deep) paces
+        # every packet at just above the link rate.
+        return cls(rate_bit, max(GSO_BUCKET_BYTES, rate_bit // 8 // TBF_TICKS_PER_S), int(rate_bit * PEAK_RATE_FACTOR),
+                   GSO_BUCKET_BYTES)
+
+    def link_record(self) -> dict:
+        """``run.json``'s ``link`` (docs/formats.md §2.1): what calibration holds rates to."""
+        return {"rate_bit_s": self.rate_bit, "burst_bytes": self.burst_bytes, "peak_rate_bit_s": self.peak_rate_bit,
+                "peak_burst_bytes": self.peak_burst_bytes, "source": "the lab's tbf"}
 
 
 def _tbf(rate_bit: int, transport: Transport) -> list[str]:
-    # A bucket alone would let an idle link send its burst at veth speed, a burst no real NIC
-    # makes, so a second bucket (peakrate, one packet deep) paces every packet at just above
-    # the link rate.
-    burst = tbf_burst_bytes(rate_bit)
-    queue = (["limit", str(max(transport.queue_bytes, burst))] if transport.queue_bytes is not None
+    shaper = Shaper.of(rate_bit)
+    queue = (["limit", str(max(transport.queue_bytes, shaper.burst_bytes))] if transport.queue_bytes is not None
              else ["latency", f"{transport.queue_ms:g}ms"])
-    return ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst), *queue,
-            "peakrate", f"{int(rate_bit * 1.02)}bit", "mtu", str(96 * 1024)]
+    return ["tbf", "rate", f"{rate_bit}bit", "burst", str(shaper.burst_bytes), *queue,
+            "peakrate", f"{shaper.peak_rate_bit}bit", "mtu", str(shaper.peak_burst_bytes)]
 
 
 @contextlib.contextmanager
