@@ -6,6 +6,7 @@ import os
 
 import pytest
 from cli_runner import run
+from shared_fixtures import CATALOGUE
 
 import simulate
 import tfprofile
@@ -42,18 +43,6 @@ def test_a_sweep_on_dask_equals_the_local_run(scheduler, tmp_path, capsys):
     assert (tmp_path / "dask.json").read_bytes() == (tmp_path / "local.json").read_bytes()
 
 
-CATALOGUE = """\
-[[type]]
-name = "small"
-price = 0.40
-link = "1gbit"
-
-[[type]]
-name = "fast"
-price = 1.10
-link = "10gbit"
-compute_scale = 0.5
-"""
 
 
 def _tree(directory):

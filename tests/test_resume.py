@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run
+from shared_fixtures import CATALOGUE, alive
 
 import simulate
 import tfprofile
@@ -188,18 +189,6 @@ def test_the_digest_is_the_values(profile):
     assert err.value.source == "journal"
 
 
-CATALOGUE = """\
-[[type]]
-name = "small"
-price = 0.40
-link = "1gbit"
-
-[[type]]
-name = "fast"
-price = 1.10
-link = "10gbit"
-compute_scale = 0.5
-"""
 
 
 def command_line(command: str, out: Path, tmp_path: Path) -> list:
@@ -276,12 +265,6 @@ def tfsim(argv, cwd) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def children(pid: int) -> set[int]:

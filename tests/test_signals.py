@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shared_fixtures import alive
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"
@@ -58,12 +59,6 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class FifoReader:
