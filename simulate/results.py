@@ -10,6 +10,14 @@ import numpy as np
 
 from simulate.engine import SimRun
 
+# The columns of a prediction table, one row per configuration (docs/formats.md §6).
+ROW_COLUMNS = (
+    "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "replicas", "throughput_eps", "ci95_eps",
+    "throughput_min_eps", "throughput_max_eps", "step_time_s", "step_time_mean_s", "step_time_p95_s",
+    "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps", "bandwidth_up_Bps", "steps",
+    "warmup", "batches", "op_events", "efficiency_E", "saturated",
+)
+
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,

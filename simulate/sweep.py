@@ -43,17 +43,10 @@ from simulate.config import (
 from simulate.engine import SimRun, run
 from simulate.executors import parse_executor
 from simulate.prepare import _priorities, check_strict_order, prepare
-from simulate.results import efficiency_one_worker, saturation_point, summarise, t95
+from simulate.results import ROW_COLUMNS, efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfprofile.dag import Profile, Resource
-
-ROW_COLUMNS = (
-    "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "replicas", "throughput_eps", "ci95_eps",
-    "throughput_min_eps", "throughput_max_eps", "step_time_s", "step_time_mean_s", "step_time_p95_s",
-    "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps", "bandwidth_up_Bps", "steps",
-    "warmup", "batches", "op_events", "efficiency_E", "saturated",
-)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,10 +26,11 @@ import hashlib
 import os
 from collections.abc import Iterator, Sequence
 
-from simulate.sweep import ROW_COLUMNS, Sweep
+from simulate.results import ROW_COLUMNS
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.journal import JournalWriter, check_journal_path, digest, read_journal
 
+# The sweeps here are simulate.sweep.Sweep objects, not imported: that module imports this one.
 ROW_KEYS = frozenset(ROW_COLUMNS) - {"saturated"}  # "saturated" is the table's, not a configuration's
 
 
@@ -46,7 +47,7 @@ def code_digest() -> str:
     return sha.hexdigest()
 
 
-def sweep_key(sweeps: Sequence[Sweep]) -> str:
+def sweep_key(sweeps: Sequence[object]) -> str:
     """The journal key of ``sweeps`` (see the module docstring)."""
     try:
         return digest(code_digest(), [(sweep.profile, dataclasses.replace(sweep.cluster, source=""),
@@ -80,7 +81,7 @@ class SweepJournal:
     """
 
     path: str
-    sweeps: tuple[Sweep, ...]
+    sweeps: tuple[object, ...]
     key: str
     resume: bool
     finished: int = 0
@@ -124,7 +125,7 @@ class SweepJournal:
             yield done, append
 
 
-def open_journal(path: str | os.PathLike, sweeps: Sequence[Sweep], *, resume: bool = False) -> SweepJournal:
+def open_journal(path: str | os.PathLike, sweeps: Sequence[object], *, resume: bool = False) -> SweepJournal:
     """Check the journal at ``path`` for ``sweeps`` before they run: what it holds must be
     theirs, and a journal that holds rows needs ``resume``. A missing file is a journal to
     start. A last record cut short (the run that wrote it was killed mid-write) is dropped,
