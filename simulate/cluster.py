@@ -40,6 +40,24 @@ def check_non_negative(value, option: str) -> float:
 MAX_LATENCY_S = 10.0  # a one-way latency beyond this is not a network any more (and not a what-if)
 
 
+def overflow_onset_workers(queue_window_bytes: float, buffer_bytes: float) -> int | None:
+    """The fewest workers whose connections, each keeping ``queue_window_bytes`` queued at the
+    parameter server's port (docs/model.md §4.5), hold more than its ``buffer_bytes``: from
+    there the workers' uploads overflow it and lose packets, which the model's lossless links
+    leave out (docs/model.md §10). None without a queue window.
+
+    Examples
+    --------
+    >>> overflow_onset_workers(65_160, 160_804)  # two windows fit, three do not
+    3
+    >>> overflow_onset_workers(0.0, 160_804) is None
+    True
+    """
+    if not queue_window_bytes > 0:
+        return None
+    return int(buffer_bytes // queue_window_bytes) + 1
+
+
 def check_latency(value, option: str) -> float:
     """``value`` as a one-way latency in seconds, 0 to :data:`MAX_LATENCY_S`, or a UsageError
     naming ``option``."""

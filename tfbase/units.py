@@ -71,3 +71,31 @@ def parse_duration(text: str, parameter: str) -> float:
     if unit and unit not in _TIME_UNITS:
         raise UsageError(parameter, f"unknown unit {match.group(2)!r} in {text!r}; use s, ms, us or ns")
     return value * _TIME_UNITS.get(unit, 1.0) + 0.0  # + 0.0: -0 is 0
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3}
+MAX_SIZE_BYTES = 1 << 40  # 1 TiB: beyond any buffer or message this tool reasons about
+
+
+def parse_size(text: str, parameter: str) -> int:
+    """``"160kb"``, ``"2MiB"``, ``"65536"`` -> bytes (a positive whole number); a UsageError
+    naming ``parameter`` otherwise.
+
+    Examples
+    --------
+    >>> parse_size("160kb", "buffer_bytes")
+    160000
+    >>> parse_size("2MiB", "buffer_bytes")
+    2097152
+    """
+    match = _SIZE.match(str(text))
+    if not match:
+        raise UsageError(parameter, f"{text!r} is not a size like 160kb, 2mb or 65536")
+    value, unit = float(match.group(1)), match.group(2).lower()
+    if unit not in _SIZE_UNITS:
+        raise UsageError(parameter, f"unknown unit {match.group(2)!r} in {text!r}; use b, kb, mb, gb, kib, mib or gib")
+    size = value * _SIZE_UNITS[unit]
+    if not (math.isfinite(size) and 1 <= size <= MAX_SIZE_BYTES):
+        raise UsageError(parameter, f"must be between 1 byte and 1 TiB, not {text!r}")
+    return round(size)

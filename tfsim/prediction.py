@@ -12,6 +12,7 @@ import json
 import math
 import os
 
+from simulate.cluster import overflow_onset_workers
 from simulate.config import Enforcement, TieOrder
 from simulate.orderings import (
     ORDER_REFERENCE,
@@ -66,6 +67,28 @@ def prediction_settings(enforcement: Enforcement, tie_order: TieOrder) -> dict:
     if tie_order is not TieOrder.INDEX:
         out["tie_order"] = tie_order.value
     return out
+
+
+def buffer_fields(cluster, buffer_bytes: int) -> dict:
+    """prediction.json's ``buffer`` (and its sentence, ``text``): the PS port's buffer, the
+    calibrated uplink queue window, and the fewest workers whose windows overflow it
+    (:func:`simulate.cluster.overflow_onset_workers`; None: no queue window calibrated)."""
+    window = float(cluster.queue_window_uplink_bytes)
+    onset = overflow_onset_workers(window, buffer_bytes)
+    if onset is None:
+        text = (f"PS port buffer {buffer_bytes / 1e3:,.0f} kB: the cluster has no calibrated queue window, so when "
+                "the workers' uploads overflow it is not known")
+    elif onset == 1:
+        text = (f"PS port buffer {buffer_bytes / 1e3:,.0f} kB is smaller than one calibrated queue window of "
+                f"{window / 1e3:,.0f} kB: one worker's uploads already overflow it (the profiled run's losses are "
+                "in the calibration), and every worker more overflows it further, which the model's lossless links "
+                "leave out (docs/model.md §10)")
+    else:
+        text = (f"PS port buffer {buffer_bytes / 1e3:,.0f} kB holds {onset - 1} calibrated queue window(s) of "
+                f"{window / 1e3:,.0f} kB: from W = {onset} the workers' uploads overflow it and lose packets, which "
+                "the model's lossless links leave out; expect the real job below the table from there "
+                "(docs/model.md §10)")
+    return {"bytes": int(buffer_bytes), "queue_window_bytes": window, "overflow_from_workers": onset, "text": text}
 
 
 def settings_sentences(enforcement: Enforcement, tie_order: TieOrder) -> list[str]:

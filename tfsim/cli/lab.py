@@ -154,18 +154,19 @@ def transport_options(args) -> dict:
     import re
 
     from tfbase.errors import UsageError
+    from tfbase.units import parse_size
 
     out: dict = {}
     if args.queue:
-        match = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|b|kb|mb|kib|mib)\s*", args.queue.lower())
-        if not match:
-            raise UsageError("queue", f"{args.queue!r} is not a time (5ms) or a size (64kb, 2mb)")
-        value, unit = float(match.group(1)), match.group(2)
-        if unit in ("ms", "s"):
-            out["queue_ms"], out["queue_bytes"] = value * (1000.0 if unit == "s" else 1.0), None
+        time = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s)\s*", args.queue.lower())
+        if time:
+            value = float(time.group(1))
+            out["queue_ms"], out["queue_bytes"] = value * (1000.0 if time.group(2) == "s" else 1.0), None
         else:
-            scale = {"b": 1, "kb": 1000, "mb": 1000**2, "kib": 1024, "mib": 1024**2}[unit]
-            out["queue_bytes"] = int(value * scale)
+            try:
+                out["queue_bytes"] = parse_size(args.queue, "queue")
+            except UsageError:
+                raise UsageError("queue", f"{args.queue!r} is not a time (5ms) or a size (64kb, 2mb)") from None
     if args.cc:
         out["congestion_control"] = args.cc
     if args.slow_start_after_idle:

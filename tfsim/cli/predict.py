@@ -72,6 +72,11 @@ def register(sub) -> None:
                       help="$/hour of a worker host and of a PS host: adds $/hour and $ per million examples, and "
                            "the configurations no other beats on both throughput and cost")
     plan.add_argument("--examples", type=float, metavar="N", help="an epoch's examples: adds hours per epoch")
+    plan.add_argument("--buffer", metavar="SIZE",
+                      help="the PS port's buffer (e.g. 160kb, 2mb): say from which W the workers' uploads, each "
+                           "connection keeping the calibrated queue window queued there, overflow it; the model's "
+                           "links are lossless, so expect the real job below the table from there "
+                           "(docs/model.md §10); stated in --json as buffer")
     plan.add_argument("--target", type=float, metavar="EPS",
                       help="with --price: the cheapest configuration reaching this many examples/s")
     plan.add_argument("--deadline", type=float, metavar="HOURS",
@@ -111,11 +116,12 @@ def run(args) -> int:
     from simulate.whatif import scale_compute
     from tfbase.figures import save_figure
     from tfbase.fileio import Outputs, atomic_output, write_json
-    from tfbase.units import format_rate, parse_rate
+    from tfbase.units import format_rate, parse_rate, parse_size
     from tfprofile.profile_io import load_profile
     from tfsim.cli.console import console
     from tfsim.plots import throughput_figure
     from tfsim.prediction import (
+        buffer_fields,
         format_costs,
         format_ordering_summary,
         format_table,
@@ -156,6 +162,7 @@ def run(args) -> int:
         priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
                                               bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
         flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
+        buffer = parse_size(args.buffer, "buffer") if args.buffer else None
         sweep = plan_sweep(
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
@@ -202,6 +209,9 @@ def run(args) -> int:
                 best = cheapest(frame, target_eps=args.target, deadline_h=args.deadline)
                 extra["plan"] = plan_fields(best)
                 print(extra["plan"]["text"], file=out)
+        if buffer is not None:
+            extra["buffer"] = buffer_fields(cluster, buffer)
+            print(extra["buffer"]["text"], file=out)
         if json_out is not None:
             write_json(json_out, prediction_document(frame, profile_path=args.profile, cluster=cluster, extra=extra))
         if csv_out is not None:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from calibration.calibrate import calibrate_run
 from calibration.plots import overhead_figure, stream_timeline_figure
+from simulate.cluster import overflow_onset_workers
 from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
 from simulate.config import TaskHosts
@@ -349,8 +350,9 @@ def overflow_columns(setting: LabSetting, cluster, workers: int) -> dict:
     expected at the PS's port; the measured drops say whether it came)."""
     buffer = setting.transport().buffer_bytes(setting.rate_bit)
     window = float(cluster.queue_window_uplink_bytes)
+    onset = overflow_onset_workers(window, buffer)
     return {"buffer_bytes": buffer, "queue_window_up_bytes": window,
-            "overflow_expected": bool(window > 0 and workers * window > buffer)}
+            "overflow_expected": onset is not None and workers >= onset}
 
 
 def transport_summary(lab_run: LabRun, run_dir: Path) -> dict:
