@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("settings", type=Path, nargs="+")
     parser.add_argument("--replicas", type=int, default=5)
     parser.add_argument("--steps", type=int, default=400, help="the lab's predict_steps")
-    parser.add_argument("--tie-order", choices=("recorded", "index"), default="recorded")
+    parser.add_argument("--tie-order", choices=("index", "recorded"), default="index")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     for setting in args.settings:

@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--quota", type=float, default=0.4, help="the lab's CPU quota per task (cores)")
     parser.add_argument("--variants", default="base,fcfs,noise0.03")
-    parser.add_argument("--tie-order", choices=("recorded", "index"), default="recorded",
+    parser.add_argument("--tie-order", choices=("index", "recorded"), default="index",
                         help="as tfsim predict's (docs/model.md §2.4)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")

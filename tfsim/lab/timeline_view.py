@@ -207,7 +207,7 @@ def _clip(spans: np.ndarray, a: float, b: float) -> np.ndarray:
 
 def timeline_view(run_dir: str | Path, profile, cluster, *, rate_Bps: float, cores: float | None = None,
                   colocation=None, pcap: str | Path | None = None, steps: int = SIMULATED_STEPS,
-                  seed: int = 0, tie_order: str = "recorded") -> TimelineView:
+                  seed: int = 0, tie_order: str = "index") -> TimelineView:
     """The measured timeline of ``run_dir`` (a W-worker run captured at the PS) beside tfsim's
     ``grpc`` simulation of the same W.
 

@@ -47,7 +47,7 @@ class StragglerPlan:
 
 
 def plan_stragglers(profile, cluster, *, text: str, workers: list[int], transfer: str, steps: int, warmup: int,
-                    seed: int, cores=None, colocation=None, tie_order="recorded") -> StragglerPlan:
+                    seed: int, cores=None, colocation=None, tie_order="index") -> StragglerPlan:
     """Check the section's sweeps before anything runs (a bad speed fails naming ``worker_speed``).
 
     Parameters

@@ -76,7 +76,7 @@ def wire_rate_Bps(cluster) -> float:
 
 
 def build_timeline(run_dir: Path, profile, cluster, *, cores: float | None, colocation, seed: int,
-                   tie_order="recorded") -> MeasuredTimeline:
+                   tie_order="index") -> MeasuredTimeline:
     """The measured timeline of ``run_dir`` beside the simulation of the same W with ``profile``
     on ``cluster`` and the report's hosts (``cores``, ``colocation``), seed and tie order."""
     from tfsim.lab.timeline_view import sustained_capacity_Bps, timeline_view
