@@ -12,7 +12,16 @@ import pytest
 from cli_runner import run as run_cli
 
 from calibration.calibrate import calibrate_run
-from calibration.ceiling import Link, RateAboveCeilingError, ceiling_Bps, payload_fraction
+from calibration.ceiling import (
+    CEILING_TOLERANCE,
+    STAMP_ERROR_S,
+    Link,
+    RateAboveCeilingError,
+    ceiling_Bps,
+    check_ceiling,
+    link_from_run,
+    payload_fraction,
+)
 from netcapture import read_iperf
 from tfbase.errors import InputError
 from tfsim.lab.netns import Shaper, Transport, _tbf
@@ -104,3 +113,21 @@ def test_calibrate_cli_exits_2_unless_the_rate_is_accepted(tmp_path, capsys):
 def test_a_bad_link_record_names_run_json(tmp_path, link, problem):
     with pytest.raises(InputError, match=rf"run\.json: {problem}"):
         calibrate_run(_run_with_link(tmp_path, link))
+
+
+def test_a_short_step_within_the_stamps_error_is_not_above_its_ceiling():
+    # tiny at 100 Mbit/s: a 548 kB step crosses in about 38 ms at the bucket's limit; a capture
+    # stamped 1 ms late on a loaded host reads 2.7% above the ceiling, which is not a wrong estimate.
+    link = link_from_run({"link": Shaper.of(100_000_000).link_record()}, "run.json")
+    payload = 547_496
+    fastest_s = payload / ceiling_Bps(link, 1448, payload)
+    late_by_1ms = payload / (fastest_s - 0.001)
+    record = check_ceiling(link, 1448, [("uplink", "busy rate", late_by_1ms, payload)], "c.pcap", allow=False)
+    assert late_by_1ms > ceiling_Bps(link, 1448, payload) * (1 + CEILING_TOLERANCE) and not record["above"]
+    # The same 2.7% over a step ten times longer is 10 ms faster than the link: above.
+    long_payload = payload * 10
+    long_fastest_s = long_payload / ceiling_Bps(link, 1448, long_payload)
+    too_fast = long_payload / long_fastest_s * (late_by_1ms / ceiling_Bps(link, 1448, payload))
+    assert long_payload / ceiling_Bps(link, 1448, long_payload) - long_payload / too_fast > STAMP_ERROR_S
+    with pytest.raises(RateAboveCeilingError, match="uplink busy rate"):
+        check_ceiling(link, 1448, [("uplink", "busy rate", too_fast, long_payload)], "c.pcap", allow=False)
