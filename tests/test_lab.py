@@ -108,10 +108,17 @@ def test_results_name_the_settings_that_miss_the_bars():
     from tfsim.lab.validate import _bar_lines
 
     frame = pd.DataFrame({"setting": ["a", "a", "b", "b"], "workers": [1, 2, 1, 2],
-                          "error_grpc": [0.05, -0.25, 0.02, 0.04]})
+                          "error_grpc": [0.05, -0.25, 0.02, 0.04], "inside_grpc": [True, False, False, False]})
     lines = _bar_lines(frame)
-    assert lines[0] == "bars (grpc model): mean |error| 9.0% (met: <= 10%); rows over 20%: 1 of 4"
+    # inside: a (in its range) and b W = 1 (2% from the mean); b W = 2 is 4% off and outside.
+    assert lines[0] == ("bars (grpc model): mean |error| 9.0% (missed: <= 5%); max 25.0% (missed: <= 12%); inside "
+                        "the measured range or within 3% of its mean: 2 of 4, 50% (missed: >= 80%)")
     assert lines[1:] == ["- a misses a bar: mean |error| 15.0%, worst -25.0% at W = 2"]
+    frame["error_grpc"] = [0.02, -0.10, 0.02, 0.04]
+    frame["inside_grpc"] = [True, True, False, True]
+    assert _bar_lines(frame) == ["bars (grpc model): mean |error| 4.5% (met: <= 5%); max 10.0% (met: <= 12%); "
+                                 "inside the measured range or within 3% of its mean: 4 of 4, 100% (met: >= 80%)",
+                                 "- a misses a bar: mean |error| 6.0%, worst -10.0% at W = 2"]
 
 
 def test_results_json_holds_values_json_has_no_number_for(tmp_path):

@@ -5,15 +5,17 @@ emulated cluster on this machine (:mod:`tfsim.lab.netns`):
 
 1. profile the job with 1 PS (or M) and 1 worker, with iperf3 and a capture;
 2. calibrate (``tfsim calibrate``) and build the profile (``tfsim profile``);
-3. predict W = 1..K, with every task on this machine's cores (the co-location model of docs/model.md §4.3,
-   since PS and workers share them), with the ``grpc`` (today's gRPC, the default for TF 2.x),
-   ``http2`` (ICPE's model) and ``fifo`` transfer models, and the coarse baselines;
-   The ``grpc`` prediction is also given with every worker starting at once (lock step):
-   workers that start together may stay in step, and the real job lands between the two;
+3. predict W = 1..K for the same hosts (a host per task with its CPU quota, or, with
+   ``colocated``, every task on this machine's cores: docs/model.md §4.3), with the ``grpc``
+   (today's gRPC, the default for TF 2.x), ``http2`` (ICPE's model) and ``fifo`` transfer
+   models, and the coarse baselines. The ``grpc`` prediction is also given with every
+   worker starting at once (lock step): workers that start together may stay in step, and
+   the real job lands between the two;
 4. run the real job with W = 1..K workers and measure its throughput: the examples all
    workers complete over the last half of the window in which every one of them runs
    (:mod:`tfsim.lab.measure`; ICPE §4.1's per-worker sum is recorded beside it);
-5. tabulate measured against predicted, with the relative error.
+5. tabulate measured against predicted, with the relative error, and say whether the
+   matrix meets the bars (:data:`MEAN_ERROR_BAR`, :data:`MAX_ERROR_BAR`, :data:`INSIDE_SHARE_BAR`).
 
 Every TensorFlow process runs with one intra-op and one inter-op thread (the machine has
 few cores; the model needs one op at a time per task).
@@ -504,15 +506,27 @@ def machine_text() -> str:
     return f"{m['cpu']}, {m['cores']} cores, Linux {m['kernel']}"
 
 
-MEAN_ERROR_BAR, MAX_ERROR_BAR = 0.10, 0.20  # the validation's bars, on the default (grpc) model
+# The validation's bars, on the default (grpc) model: the mean and the largest |error| over the
+# matrix, and the share of points whose prediction lies in the measured min..max or within
+# CLOSE_ENOUGH of the measured mean (a range of 3 runs can be narrower than the model's
+# resolution). docs/formats.md §10 states them.
+MEAN_ERROR_BAR, MAX_ERROR_BAR = 0.05, 0.12
+CLOSE_ENOUGH, INSIDE_SHARE_BAR = 0.03, 0.80
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "missed"
 
 
 def _bar_lines(frame) -> list[str]:
-    """Which settings miss the bars (mean |error| <= 10% over the matrix, every row <= 20%)."""
+    """Whether the matrix meets the bars, and which settings miss the error bars."""
     errors = frame["error_grpc"].abs()
-    lines = [f"bars (grpc model): mean |error| {errors.mean() * 100:.1f}% "
-             f"({'met' if errors.mean() <= MEAN_ERROR_BAR else 'missed'}: <= {MEAN_ERROR_BAR:.0%}); "
-             f"rows over {MAX_ERROR_BAR:.0%}: {int((errors > MAX_ERROR_BAR).sum())} of {len(errors)}"]
+    inside = int((frame["inside_grpc"].astype(bool) | (errors <= CLOSE_ENOUGH)).sum())
+    share = inside / len(frame)
+    lines = [f"bars (grpc model): mean |error| {errors.mean() * 100:.1f}% ({_met(errors.mean() <= MEAN_ERROR_BAR)}: "
+             f"<= {MEAN_ERROR_BAR:.0%}); max {errors.max() * 100:.1f}% ({_met(errors.max() <= MAX_ERROR_BAR)}: "
+             f"<= {MAX_ERROR_BAR:.0%}); inside the measured range or within {CLOSE_ENOUGH:.0%} of its mean: "
+             f"{inside} of {len(frame)}, {share:.0%} ({_met(share >= INSIDE_SHARE_BAR)}: >= {INSIDE_SHARE_BAR:.0%})"]
     for setting, group in frame.groupby("setting", sort=False):
         worst = group.loc[group["error_grpc"].abs().idxmax()]
         if abs(worst["error_grpc"]) > MAX_ERROR_BAR or group["error_grpc"].abs().mean() > MEAN_ERROR_BAR:
