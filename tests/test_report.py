@@ -414,6 +414,10 @@ def test_demo_writes_the_report(tmp_path, capsys):
     assert document["inputs"]["cluster"].endswith("lab-1gbit.json")
     findings = (out / "findings.txt").read_text()
     assert f"saturates at W = {document['headline']['saturation_workers']}" in findings
+    order_lines = [line for line in findings.splitlines() if line.startswith("- W =")]
+    assert len(order_lines) == 6 and all(("enforcing" in line and "% over the recorded order" in line)
+                                         or "no enforced order beats the recorded order" in line
+                                         for line in order_lines)
     assert len(assets_of((out / "report.html").read_text()).images) == 6
     assert not (tmp_path / "demo.partial").exists()
     rows = list(csv.DictReader(io.StringIO((out / "prediction.csv").read_text())))
