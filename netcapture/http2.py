@@ -293,8 +293,12 @@ class FrameSplitter:
             data = self._feed_sparse(data, ready)
             if self._sparse is not None or not len(data):
                 return iter(ready)
-        if not self._buffer and self._synchronised and not self._need_preface:
-            return self._cut(ready, data, 0)  # nothing buffered: cut straight from the caller's bytes
+        if self._synchronised and not self._need_preface:
+            if not self._buffer:
+                return self._cut(ready, data, 0)  # nothing buffered: cut straight from the caller's bytes
+            rest = self._complete_buffered(data, ready)
+            if rest is not None:
+                return self._cut(ready, rest, 0)
         self._buffer += data
         if not self._synchronised and not self._resynchronise():
             return iter(ready)
@@ -310,12 +314,43 @@ class FrameSplitter:
             self._need_preface = False
         return self._cut(ready, self._buffer, position)
 
+    def _complete_buffered(self, data, ready: list[RawFrame]) -> memoryview | None:
+        """Complete the buffered frame with the first bytes of ``data`` (appended to ``ready``) and
+        return the rest of ``data``; or ``None``, touching nothing, when ``data`` does not complete
+        it or its header is not all buffered (then ``data`` joins the buffer).
+
+        Only the missing bytes are copied, not all of ``data`` (which would be copied again as
+        each frame after it is cut); the buffer becomes the frame's payload, and a new one starts.
+        """
+        buffer = self._buffer
+        held = len(buffer)
+        if held < FRAME_HEADER_BYTES:
+            return None
+        high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", buffer, 0)
+        length = (high << 16) | low
+        missing = FRAME_HEADER_BYTES + length - held
+        sparse_from = SPARSE_MIN_BYTES if self.body_needs is not None else MAX_FRAME_PAYLOAD_BYTES + 1
+        if not 0 < missing <= len(data) or (frame_type == DATA and length >= sparse_from):
+            return None
+        view = memoryview(data)
+        buffer += view[:missing]
+        self._buffer = bytearray()
+        ready.append(RawFrame(self._buffer_offset, frame_type, flags, stream_id & _STREAM_ID_BITS,
+                              memoryview(buffer)[FRAME_HEADER_BYTES:]))
+        self._buffer_offset += FRAME_HEADER_BYTES + length
+        return view[missing:]
+
     def _cut(self, ready: list[RawFrame], source, position: int) -> Iterator[RawFrame]:
         """Yield ``ready``, then the frames in ``source`` (the buffer, or the caller's bytes when
         nothing was buffered; ``self._buffer_offset`` is the stream offset of ``source[0]``) from
-        ``position`` on; keep what is left of ``source`` for the next call."""
+        ``position`` on; keep what is left of ``source`` for the next call.
+
+        A frame cut from the caller's bytes has a view of them as its payload, not a copy: a
+        consumer reads a frame's payload before it takes the next frame and keeps no view of it.
+        The buffer's frames are copied (the buffer is cut down after the last one)."""
         yield from ready
         size = len(source)
+        view = None if source is self._buffer else memoryview(source)
         sparse_from = SPARSE_MIN_BYTES if self.body_needs is not None else MAX_FRAME_PAYLOAD_BYTES + 1
         while size - position >= FRAME_HEADER_BYTES:
             high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", source, position)
@@ -331,8 +366,8 @@ class FrameSplitter:
             if size - position < FRAME_HEADER_BYTES + length:
                 break
             start = position + FRAME_HEADER_BYTES
-            frame = RawFrame(self._buffer_offset + position, frame_type, flags, stream_id & _STREAM_ID_BITS,
-                             bytes(source[start: start + length]))
+            payload = bytes(source[start: start + length]) if view is None else view[start: start + length]
+            frame = RawFrame(self._buffer_offset + position, frame_type, flags, stream_id & _STREAM_ID_BITS, payload)
             position += FRAME_HEADER_BYTES + length
             yield frame
         # One deletion per call, not per frame: small frames in front of a large partial one
@@ -340,7 +375,7 @@ class FrameSplitter:
         if source is self._buffer:
             del self._buffer[:position]
         else:
-            self._buffer += source[position:]
+            self._buffer += view[position:]
         self._buffer_offset += position
 
     def skip(self, count: int) -> None:
@@ -579,7 +614,7 @@ class DirectionDecoder:
             start, end = split_padding(frame.flags, frame.payload)
             return FrameDetails(data_bytes=end - start)
         if kind in (HEADERS, PUSH_PROMISE, CONTINUATION):
-            return FrameDetails(headers=self._header_block(frame))
+            return FrameDetails(headers=self.header_block(frame))
         if kind in (SETTINGS, WINDOW_UPDATE, PING, RST_STREAM, GOAWAY):
             return self._control(frame)
         return FrameDetails()
@@ -607,7 +642,9 @@ class DirectionDecoder:
             return FrameDetails(error_code=parsed.error_code)
         return FrameDetails(error_code=parsed.error_code, last_stream_id=parsed.last_stream_id)
 
-    def _header_block(self, frame: RawFrame) -> Headers | None:
+    def header_block(self, frame: RawFrame) -> Headers | None:
+        """Take a HEADERS, PUSH_PROMISE or CONTINUATION frame's fragment; the headers of the block
+        it ends, or ``None`` (the block goes on, or was lost). Raises :class:`MalformedFrame`."""
         payload = frame.payload
         if frame.type == CONTINUATION:
             if self._block_stream != frame.stream_id:
