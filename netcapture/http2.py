@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 from netcapture.errors import MalformedFrame, NeedMoreData
 from netcapture.grpc import GrpcMessage, NeedCursor
+from netcapture.records import positional_maker
 from netcapture.sparse import SparseBuilder, SparseBytes
 from netcapture.tcp import ConnectionId
 
@@ -143,6 +144,9 @@ class RawFrame:
     def length(self) -> int:
         """The payload length from the frame header."""
         return len(self.payload) if self.declared_length is None else self.declared_length
+
+
+_make_raw = positional_maker(RawFrame)
 
 
 def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX_FRAME_PAYLOAD_BYTES
@@ -335,8 +339,8 @@ class FrameSplitter:
         view = memoryview(data)
         buffer += view[:missing]
         self._buffer = bytearray()
-        ready.append(RawFrame(self._buffer_offset, frame_type, flags, stream_id & _STREAM_ID_BITS,
-                              memoryview(buffer)[FRAME_HEADER_BYTES:]))
+        ready.append(_make_raw(self._buffer_offset, frame_type, flags, stream_id & _STREAM_ID_BITS,
+                               memoryview(buffer)[FRAME_HEADER_BYTES:], None))
         self._buffer_offset += FRAME_HEADER_BYTES + length
         return view[missing:]
 
@@ -367,7 +371,8 @@ class FrameSplitter:
                 break
             start = position + FRAME_HEADER_BYTES
             payload = bytes(source[start: start + length]) if view is None else view[start: start + length]
-            frame = RawFrame(self._buffer_offset + position, frame_type, flags, stream_id & _STREAM_ID_BITS, payload)
+            frame = _make_raw(self._buffer_offset + position, frame_type, flags, stream_id & _STREAM_ID_BITS, payload,
+                              None)
             position += FRAME_HEADER_BYTES + length
             yield frame
         # One deletion per call, not per frame: small frames in front of a large partial one
@@ -575,6 +580,7 @@ class DirectionDecoder:
         import hpack
 
         self._hpack = hpack.Decoder()
+        self._hpack_error = hpack.HPACKError
         # A passive observer must accept whatever the peers agreed on.
         self._hpack.max_allowed_table_size = 1 << 32
         self._hpack.max_header_list_size = 1 << 30
@@ -663,6 +669,8 @@ class DirectionDecoder:
                 start += 4
             if start > end:
                 raise MalformedFrame(None, f"{FRAME_TYPE_NAMES[frame.type]} frame too short")
+            if frame.flags & FLAG_END_HEADERS and not self._block:  # a whole block: nothing to join
+                return self._hpack_decode(bytes(payload[start:end]))
             fragment = payload[start:end]
             self._block_stream = frame.stream_id
         self._block += fragment
@@ -677,8 +685,6 @@ class DirectionDecoder:
         return self._hpack_decode(block)
 
     def _hpack_decode(self, block: bytes) -> Headers | None:
-        from hpack import HPACKError
-
         if self.hpack_failed:
             return None  # the dynamic table is lost for the rest of this direction
         cached = self._unchanged_blocks.get(block)
@@ -689,7 +695,7 @@ class DirectionDecoder:
         before = (len(entries), entries[0] if entries else None, table.maxsize)  # holds the newest entry
         try:
             pairs = self._hpack.decode(block, raw=True)
-        except (HPACKError, IndexError, ValueError) as exc:
+        except (self._hpack_error, IndexError, ValueError) as exc:
             self.hpack_failed = True
             cause = " after header blocks were lost" if self.table_uncertain else ""
             raise MalformedFrame(None, f"HPACK header block cannot be decoded{cause} ({exc}); "

@@ -85,6 +85,7 @@ from netcapture.http2 import (
 )
 from netcapture.layers import ACK, SYN, TcpSegment, decode_tcp
 from netcapture.pcap import PcapReader, check_snaplen
+from netcapture.records import positional_maker
 from netcapture.tcp import ConnectionId, DirectionReassembler, Endpoint, TcpDirectionStats, TcpGap
 
 MAX_HELD_BYTES = 4 << 20
@@ -93,6 +94,7 @@ _QUICK_TYPES = frozenset({DATA, HEADERS, CONTINUATION, WINDOW_UPDATE, PING, SETT
 WINDOW_UPDATE_BYTES, PING_BYTES, SETTING_BYTES = 4, 8, 6
 MAX_WINDOW_INCREMENT = (1 << 31) - 1
 _SETTING = struct.Struct("!HI")  # identifier, value
+_make_frame = positional_maker(Http2Frame)
 # A capture that began mid-connection: the held bytes of either direction must show a chain of
 # frame headers within this much, or the connection is not HTTP/2.
 MID_STREAM_PROBE_BYTES = 256 << 10
@@ -441,9 +443,9 @@ class _Decoder:
             direction.deframers.pop(stream_id, None)
             direction.grpc_streams.discard(stream_id)
             direction.open_streams.discard(stream_id)
-        return Http2Frame(packet_number, time_ns, direction.connection.id, direction.from_client, kind, flags,
-                          stream_id, length, data_bytes, headers, settings, increment, opaque, None, None, messages,
-                          False)
+        return _make_frame(packet_number, time_ns, direction.connection.id, direction.from_client, kind, flags,
+                           stream_id, length, data_bytes, headers, settings, increment, opaque, None, None, messages,
+                           False)
 
     def _on_headers(self, direction: _Direction, stream_id: int, headers) -> None:
         """What a decoded header block tells: the request's path, whether the stream is gRPC."""

@@ -53,6 +53,7 @@ from netcapture.http2 import (
     WINDOW_UPDATE,
     Http2Frame,
 )
+from netcapture.records import positional_maker
 from netcapture.tcp import ConnectionId, Endpoint
 
 
@@ -259,6 +260,12 @@ class ConnectionSummary:
     skipped_frames: int  # PRIORITY, PUSH/ALTSVC and unknown types: counted, not decoded
 
 
+# The records made by the thousand: built slot by slot (netcapture.records).
+_make_event = positional_maker(DataFrameEvent)
+_make_sample = positional_maker(WindowSample)
+_make_update = positional_maker(WindowUpdateEvent)
+
+
 # -- streams ------------------------------------------------------------------------------
 
 class _StreamBuilder:
@@ -315,7 +322,7 @@ class _StreamBuilder:
                     self.grpc_status = None
 
     def _data(self, frame: Http2Frame, time_s: float) -> None:
-        event = DataFrameEvent(time_s, frame.packet_number, frame.length, bool(frame.flags & FLAG_END_STREAM))
+        event = _make_event(time_s, frame.packet_number, frame.length, bool(frame.flags & FLAG_END_STREAM))
         for message in frame.grpc_messages:
             if frame.from_client:
                 self.request_message_bytes += message.length_bytes
@@ -416,7 +423,7 @@ class _FlowBuilder:
                         continue
                     self.streams[stream_id] += delta
                     self.stream_windows.append(
-                        WindowSample(time_s, number, stream_id, self.streams[stream_id], "settings"))
+                        _make_sample(time_s, number, stream_id, self.streams[stream_id], "settings"))
 
     def timeline(self) -> FlowControlTimeline:
         """The direction's flow-control events as an immutable :class:`FlowControlTimeline`."""
@@ -451,30 +458,30 @@ def build_flow_control(frames: Iterable[Http2Frame]) -> tuple[FlowControlTimelin
         if stream_id and kind in DECODED_TYPES and stream_id not in client_data.streams:
             for builder in pair:  # both builders know the same streams
                 builder.streams[stream_id] = builder.initial
-                builder.stream_windows.append(WindowSample(time_s, number, stream_id, builder.initial, "open"))
+                builder.stream_windows.append(_make_sample(time_s, number, stream_id, builder.initial, "open"))
         if kind == DATA:
             length = frame.length
             mine.data_frames += 1
             mine.data_bytes += length
             mine.window -= length
-            mine.connection_window.append(WindowSample(time_s, number, 0, mine.window, "data"))
+            mine.connection_window.append(_make_sample(time_s, number, 0, mine.window, "data"))
             streams = mine.streams
             if stream_id in streams:  # not so for DATA on stream 0, a protocol error
                 streams[stream_id] -= length
-                mine.stream_windows.append(WindowSample(time_s, number, stream_id, streams[stream_id], "data"))
+                mine.stream_windows.append(_make_sample(time_s, number, stream_id, streams[stream_id], "data"))
             if frame.flags & FLAG_END_STREAM:
                 mine.closed.add(stream_id)
         elif kind == WINDOW_UPDATE:
             increment = frame.window_increment or 0
-            theirs.updates.append(WindowUpdateEvent(time_s, number, stream_id, increment))
+            theirs.updates.append(_make_update(time_s, number, stream_id, increment))
             if stream_id == 0:
                 theirs.window += increment
-                theirs.connection_window.append(WindowSample(time_s, number, 0, theirs.window, "window_update"))
+                theirs.connection_window.append(_make_sample(time_s, number, 0, theirs.window, "window_update"))
             elif stream_id in theirs.streams:
                 streams = theirs.streams
                 streams[stream_id] += increment
                 theirs.stream_windows.append(
-                    WindowSample(time_s, number, stream_id, streams[stream_id], "window_update"))
+                    _make_sample(time_s, number, stream_id, streams[stream_id], "window_update"))
         elif kind == HEADERS:
             if frame.flags & FLAG_END_STREAM:
                 mine.closed.add(stream_id)
