@@ -3,13 +3,13 @@
 Two paths read the packets, with the same result (``bench/decode_check.py``,
 ``tests/test_netcapture_fastpath.py``):
 
-- the fast path (:mod:`netcapture.fastpath`), for a classic pcap, plain or gzip, of the
-  common link types: compiled kernels index records and headers in place
+- the fast path (:mod:`netcapture.fastpath`), for a pcap or pcapng file, plain or gzip, of
+  the common link types: compiled kernels index records and headers in place
   (:mod:`netcapture.pcapindex`, :mod:`netcapture.pcapbatch`), acknowledgements and
   in-sequence data of HTTP/2 connections go straight into reassembly, every other packet
   into :meth:`_Decoder.segment`;
 - the reference path (``decode(fast=False)``, and whatever the fast path does not take:
-  pcapng, other link types, the tail after a cut or corrupt record, a damaged gzip file):
+  other link types, the tail after a cut or corrupt record, a damaged gzip or pcapng file):
   packets from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
   :mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
   dissectors for the rest), one at a time into :meth:`_Decoder.segment`.
@@ -596,8 +596,8 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
            fast: bool = True) -> BackendResult:
     """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet.
 
-    ``fast``: read through :mod:`netcapture.fastpath` where it applies (a classic pcap, plain
-    or gzip, of a link type :mod:`netcapture.pcapindex` decodes), with the same result as the
+    ``fast``: read through :mod:`netcapture.fastpath` where it applies (a pcap or pcapng file,
+    plain or gzip, of a link type :mod:`netcapture.pcapindex` decodes), with the same result as the
     reference path (``fast=False``: scapy's reader, one packet at a time), which reads
     everything else.
     """
