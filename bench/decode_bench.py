@@ -251,7 +251,7 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
 
         try:
             stages["fast_index_pass"] = _rate(_seconds(lambda: _index_only(plain), repeat), megabytes)
-        except Unavailable:  # pcapng: read by the reference path only
+        except Unavailable:  # a file the fast path leaves to the reference path
             stages["fast_index_pass"] = None
         stages["reference_read_packets"] = _rate(_seconds(lambda: sum(1 for _ in iter_packets(plain)), repeat),
                                                  megabytes)
@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "decode.json")
     parser.add_argument("--md", type=Path, default=ROOT / "bench" / "results" / "decode.md",
                         help="the side-by-side table (default: bench/results/decode.md)")
+    parser.add_argument("--note", help="what else ran on the machine meanwhile, for the published files")
     args = parser.parse_args(argv)
 
     captures = args.capture or bundled_captures()
@@ -322,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": _tree_commit(ROOT),
         "repeat": args.repeat,
         "load": {"before": load_before, "after": load_average(), "wall_s": round(time.time() - started, 1)},
+        "note": args.note,
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "tshark": _tshark_version()},
     }
@@ -344,11 +346,20 @@ def markdown(document: dict) -> str:
         "calls (records included) on one core, in MB of uncompressed capture per second; best-of and the "
         "stages are in `decode.json`. Load average (1, 5, 15 min) before the run "
         f"{', '.join(map(str, load['before']))}, after {', '.join(map(str, load['after']))} "
-        f"({load['wall_s']:.0f} s); per capture in `decode.json` (`load_before`, `load_after`).",
+        f"({load['wall_s']:.0f} s); per capture in `decode.json` (`load_before`, `load_after`)."
+        + (f" {document['note']}" if document.get("note") else ""),
         "",
+    ]
+    baseline = document.get("baseline")
+    if baseline:
+        lines += [f"Baseline: the default backend of {baseline['label']}, timed in a child process in the same run "
+                  "(`--baseline`); *speed-up* is its median time over this commit's, plain.", ""]
+    extra = " | baseline plain | speed-up" if baseline else ""
+    lines += [
         "| kind | capture | workers | MB | mean packet | frames/MB | default plain | default gzip | tshark plain "
-        "| tshark gzip | tshark plain, start-up apart | default/tshark (plain) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| tshark gzip | tshark plain, start-up apart | default/tshark (plain){extra} |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---:"
+        + (" | ---: | ---:" if baseline else "") + " |",
     ]
     order = ("frame-dense", "small packets, large frames", "large packets")
     for run in sorted(document["captures"], key=lambda r: (order.index(r["kind"]), -r["frames_per_mb"])):
@@ -359,6 +370,8 @@ def markdown(document: dict) -> str:
         rates.append(f"{apart:,.0f}" if apart is not None else "-")
         ratio = (f"{b['scapy_fast_plain']['mb_per_s_median'] / b['tshark_plain']['mb_per_s_median']:.1f}x"
                  if "tshark_plain" in b else "-")
+        if baseline:
+            ratio += f" | {b['baseline_plain']['mb_per_s_median']:,.0f} | {run['speedup_vs_baseline_plain']:.2f}x"
         lines.append(f"| {run['kind']} | `{Path(run['capture']).parent.name}` | {run['workers']} | "
                      f"{run['capture_mb']:.1f} | {run['mean_packet_bytes'] / 1e3:.1f} KB | "
                      f"{run['frames_per_mb']:.0f} | {' | '.join(rates)} | {ratio} |")
@@ -367,7 +380,7 @@ def markdown(document: dict) -> str:
         "Kinds (`decode_bench.kind`): *frame-dense*, at least 100 HTTP/2 frames per MB (small gRPC messages: "
         "the cost is per frame); *large packets*, a mean captured packet of 16 KB or more (bulk tensor data "
         "in GSO super-packets); *small packets, large frames*, the rest (MTU-sized packets of large messages). "
-        "A pcapng capture (`tiny16_lo_smallwin`) is read by the reference path, packet by packet; the small "
+        "pcapng (`tiny16_lo_smallwin`) is read by the fast path as classic pcap is; the small "
         "captures' rates include each call's fixed costs; tshark's start-up (`tshark_startup_s`, timed on the "
         "capture's first 100 packets) is taken apart in its own column.",
         "",

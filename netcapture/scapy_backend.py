@@ -125,6 +125,7 @@ class _Direction:
         self.header_frames: set[int] = set()  # streams whose (intact) HEADERS this direction sent
         self.decoded_headers: set[int] = set()  # ... and whose header block could be decoded
         self.open_streams: set[int] = set()  # streams this direction has not ended
+        self.header_facts: dict[int, tuple] = {}  # id(headers) -> (headers, path, has path, gRPC): _on_headers
 
     def _on_bytes(self, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         self.connection.on_bytes(self, data, offset, packet_number, time_ns)
@@ -451,11 +452,18 @@ class _Decoder:
         """What a decoded header block tells: the request's path, whether the stream is gRPC."""
         connection = direction.connection
         direction.decoded_headers.add(stream_id)
-        fields = dict(headers)
-        if direction.from_client and ":path" in fields:
-            connection.paths.setdefault(stream_id, fields[":path"])
-        # Only a direction that declared gRPC is split into gRPC messages.
-        if fields.get("content-type", "").startswith("application/grpc"):
+        # A block sent again decodes to the same tuple (DirectionDecoder keeps it): read it once.
+        facts = direction.header_facts.get(id(headers))
+        if facts is None or facts[0] is not headers:
+            fields = dict(headers)
+            # Only a direction that declared gRPC is split into gRPC messages.
+            facts = direction.header_facts[id(headers)] = (
+                headers, fields.get(":path"), ":path" in fields,
+                fields.get("content-type", "").startswith("application/grpc"))
+        _, path, has_path, grpc = facts
+        if direction.from_client and has_path:
+            connection.paths.setdefault(stream_id, path)
+        if grpc:
             direction.grpc_streams.add(stream_id)
             if direction.from_client:
                 connection.grpc_requests.add(stream_id)
@@ -530,7 +538,7 @@ class _Decoder:
                     return ()
                 connection.paths[stream] = RECV_TENSOR_PATH
                 connection.grpc_requests.add(stream)
-            messages = tuple(describe_message(path, direction.from_client, *m) for m in done)
+            messages = tuple([describe_message(path, direction.from_client, *m) for m in done])
         except MalformedFrame as exc:
             direction.deframers[stream] = None
             if not guessing:
