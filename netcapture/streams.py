@@ -260,17 +260,45 @@ class ConnectionSummary:
     skipped_frames: int  # PRIORITY, PUSH/ALTSVC and unknown types: counted, not decoded
 
 
-# The records made by the thousand: built slot by slot (netcapture.records).
+# The records made by the thousand: built without the frozen dataclasses' __init__ (netcapture.records).
 _make_event = positional_maker(DataFrameEvent)
 _make_sample = positional_maker(WindowSample)
 _make_update = positional_maker(WindowUpdateEvent)
+_make_record = positional_maker(StreamRecord)
 
 
 # -- streams ------------------------------------------------------------------------------
 
+def _header_facts(headers: tuple, cache: dict) -> tuple:
+    """``(headers, first :path, first content-type, whether grpc-status came, the last one as an
+    int or None)``: what :meth:`_StreamBuilder.add` takes from a header block, read once per
+    tuple (the decoder hands a block sent again as the same tuple)."""
+    facts = cache.get(id(headers))
+    if facts is not None and facts[0] is headers:
+        return facts
+    path = content_type = status = None
+    has_status = False
+    for name, value in headers:
+        if name == ":path":
+            if path is None:
+                path = value
+        elif name == "content-type":
+            if content_type is None:
+                content_type = value
+        elif name == "grpc-status":
+            has_status = True
+            try:
+                status = int(value)
+            except ValueError:
+                status = None
+    facts = cache[id(headers)] = (headers, path, content_type, has_status, status)
+    return facts
+
+
 class _StreamBuilder:
-    def __init__(self, connection: ConnectionId, stream_id: int):
+    def __init__(self, connection: ConnectionId, stream_id: int, header_facts: dict):
         self.connection, self.stream_id = connection, stream_id
+        self.header_facts = header_facts  # shared by a capture's builders (_header_facts)
         self.path = self.content_type = self.key = None
         self.step_id = None
         self.request_headers = self.request_end = self.response_headers = self.response_end = None
@@ -310,16 +338,17 @@ class _StreamBuilder:
                 self.request_headers = time_s
             elif not frame.from_client and self.response_headers is None:
                 self.response_headers = time_s
-        for name, value in frame.headers or ():
-            if frame.from_client and name == ":path" and self.path is None:
-                self.path = value
-            elif name == "content-type" and self.content_type is None:
-                self.content_type = value
-            elif not frame.from_client and name == "grpc-status":
-                try:
-                    self.grpc_status = int(value)
-                except ValueError:
-                    self.grpc_status = None
+        if not frame.headers:
+            return
+        # The first :path of the client, the first content-type, the server's last grpc-status.
+        _, path, content_type, has_status, status = _header_facts(frame.headers, self.header_facts)
+        if frame.from_client:
+            if self.path is None and path is not None:
+                self.path = path
+        elif has_status:
+            self.grpc_status = status
+        if self.content_type is None and content_type is not None:
+            self.content_type = content_type
 
     def _data(self, frame: Http2Frame, time_s: float) -> None:
         event = _make_event(time_s, frame.packet_number, frame.length, bool(frame.flags & FLAG_END_STREAM))
@@ -348,22 +377,16 @@ class _StreamBuilder:
         # could not be decoded (a capture that began mid-connection).
         path = self.path if self.path is not None or self.key is None else RECV_TENSOR_PATH
         data_times = [e.time_s for e in self.response_frames if e.length_bytes]
-        return StreamRecord(
-            connection=self.connection, stream_id=self.stream_id, rpc_path=path,
-            content_type=self.content_type, rendezvous_key=self.key,
-            tensor_name=parsed.tensor_name if parsed else None, step_id=self.step_id,
-            src_device=parsed.src_device if parsed else None, dst_device=parsed.dst_device if parsed else None,
-            request_headers_time_s=self.request_headers, request_end_time_s=self.request_end,
-            response_headers_time_s=self.response_headers,
-            response_first_data_time_s=data_times[0] if data_times else None,
-            response_last_data_time_s=data_times[-1] if data_times else None,
-            response_end_time_s=self.response_end,
-            request_data_bytes=self.request_data, response_data_bytes=self.response_data,
-            request_message_bytes=self.request_message_bytes, response_message_bytes=self.response_message_bytes,
-            request_messages=self.request_messages, response_messages=self.response_messages,
-            tensor_content_bytes=self.tensor_content, grpc_status=self.grpc_status, reset_error_code=self.reset,
-            request_frames=tuple(self.request_frames), response_frames=tuple(self.response_frames),
-            damaged=self.damaged or bool(self.request_frames and self.request_headers is None)
+        return _make_record(
+            self.connection, self.stream_id, path, self.content_type, self.key,
+            parsed.tensor_name if parsed else None, self.step_id,
+            parsed.src_device if parsed else None, parsed.dst_device if parsed else None,
+            self.request_headers, self.request_end, self.response_headers,
+            data_times[0] if data_times else None, data_times[-1] if data_times else None, self.response_end,
+            self.request_data, self.response_data, self.request_message_bytes, self.response_message_bytes,
+            self.request_messages, self.response_messages, self.tensor_content, self.grpc_status, self.reset,
+            tuple(self.request_frames), tuple(self.response_frames),
+            self.damaged or bool(self.request_frames and self.request_headers is None)
             or bool(self.response_frames and self.response_headers is None),
         )
 
@@ -376,8 +399,9 @@ def build_streams(frames: Iterable[Http2Frame], damaged: Collection[tuple[Connec
     show (whole frames the capture lost); their records are marked damaged.
     """
     builders: dict[tuple[ConnectionId, int], _StreamBuilder] = {}
+    facts: dict[int, tuple] = {}
     for key in damaged:
-        builders.setdefault(key, _StreamBuilder(*key)).damaged = True
+        builders.setdefault(key, _StreamBuilder(*key, facts)).damaged = True
     # A connection's frames share its id object: look builders up by its identity first (a
     # ConnectionId hashes its five fields on every look-up).
     by_identity: dict[tuple[int, int], _StreamBuilder] = {}
@@ -390,7 +414,7 @@ def build_streams(frames: Iterable[Http2Frame], damaged: Collection[tuple[Connec
             key = (frame.connection, stream_id)
             builder = builders.get(key)
             if builder is None:
-                builder = builders[key] = _StreamBuilder(frame.connection, stream_id)
+                builder = builders[key] = _StreamBuilder(frame.connection, stream_id, facts)
             by_identity[(id(frame.connection), stream_id)] = builder
         builder.add(frame)
     return tuple(b.record() for b in builders.values())
