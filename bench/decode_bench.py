@@ -51,7 +51,7 @@ from timing import time_calls  # noqa: E402
 
 from calibration.runmatch import run_server_ports  # noqa: E402
 from netcapture import read_capture  # noqa: E402
-from netcapture.capture import assemble  # noqa: E402
+from netcapture.capture import assemble, collector_paused  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapReader, PcapWriter, iter_packets  # noqa: E402
 from tfbase.fileio import write_json  # noqa: E402
@@ -153,7 +153,8 @@ def _decode(path: Path, backend: str, ports, fast: bool = True):
         if backend == "scapy" and not fast:
             from netcapture import scapy_backend
 
-            return assemble(scapy_backend.decode(path, None if ports is None else frozenset(ports), fast=False))
+            with collector_paused():  # as read_capture decodes
+                return assemble(scapy_backend.decode(path, None if ports is None else frozenset(ports), fast=False))
         return read_capture(path, backend, server_ports=ports)
 
 
