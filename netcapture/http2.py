@@ -158,7 +158,7 @@ def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX
     """
     if len(buffer) - position < FRAME_HEADER_BYTES:
         raise NeedMoreData
-    high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", buffer, position)
+    high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(buffer, position)
     length = (high << 16) | low
     if length > max_payload:
         raise MalformedFrame(None, f"frame of {length} bytes exceeds the limit of {max_payload}")
@@ -187,6 +187,7 @@ SPARSE_MIN_BYTES = DEFAULT_MAX_FRAME_BYTES + 1
 # whole from there on: deciding piece by piece would cost more than copying.
 SPARSE_MAX_PIECES = 64
 _STREAM_ID_BITS = 0x7FFFFFFF
+_FRAME_HEADER = struct.Struct("!BHBBI")  # length (high byte, low 16 bits), type, flags, stream id
 
 
 def plausible_header(buffer: bytes | bytearray, position: int, max_payload: int) -> int | None:
@@ -199,7 +200,7 @@ def plausible_header(buffer: bytes | bytearray, position: int, max_payload: int)
     >>> plausible_header(bytes(9), 0, 16384) is None                    # DATA on stream 0
     True
     """
-    high, low, frame_type, flags, stream_word = struct.unpack_from("!BHBBI", buffer, position)
+    high, low, frame_type, flags, stream_word = _FRAME_HEADER.unpack_from(buffer, position)
     length = (high << 16) | low
     if frame_type > CONTINUATION or length > max_payload or stream_word >> 31 or flags & ~_ALLOWED_FLAGS[frame_type]:
         return None
@@ -330,7 +331,7 @@ class FrameSplitter:
         held = len(buffer)
         if held < FRAME_HEADER_BYTES:
             return None
-        high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", buffer, 0)
+        high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(buffer, 0)
         length = (high << 16) | low
         missing = FRAME_HEADER_BYTES + length - held
         sparse_from = SPARSE_MIN_BYTES if self.body_needs is not None else MAX_FRAME_PAYLOAD_BYTES + 1
@@ -357,7 +358,7 @@ class FrameSplitter:
         view = None if source is self._buffer else memoryview(source)
         sparse_from = SPARSE_MIN_BYTES if self.body_needs is not None else MAX_FRAME_PAYLOAD_BYTES + 1
         while size - position >= FRAME_HEADER_BYTES:
-            high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", source, position)
+            high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(source, position)
             length = (high << 16) | low
             if frame_type == DATA and length >= sparse_from:
                 frame = self._start_sparse(source, position, flags, stream_id & _STREAM_ID_BITS, length)
@@ -454,7 +455,7 @@ class FrameSplitter:
         if self._damaged is None and self._synchronised and not self._need_preface \
                 and len(self._buffer) >= FRAME_HEADER_BYTES:
             # The frame in progress has its header: it ends where the header says.
-            high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", self._buffer, 0)
+            high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(self._buffer, 0)
             length = (high << 16) | low
             self._damaged = RawFrame(self._buffer_offset, frame_type, flags, stream_id & _STREAM_ID_BITS, b"", length)
             self._damaged_end = self._buffer_offset + FRAME_HEADER_BYTES + length
