@@ -269,8 +269,9 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
             fixed = _seconds(lambda: read_capture(head, "tshark", server_ports=ports, require_http2=False),
                              repeat)["median_s"]
             result["tshark_startup_s"] = fixed
-            result["tshark_plain_mb_per_s_without_startup"] = megabytes / max(
-                backends["tshark_plain"]["median_s"] - fixed, 1e-9)
+            # None when the start-up took as long as the whole file (a small file, a busy machine)
+            rest = backends["tshark_plain"]["median_s"] - fixed
+            result["tshark_plain_mb_per_s_without_startup"] = megabytes / rest if rest > 0 else None
         stages = result["stages"]
         from netcapture.pcapbatch import Unavailable
 
