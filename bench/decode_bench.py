@@ -5,9 +5,11 @@ and as bundled ("gzip"), and classed by what its decoding costs (:func:`kind`): 
 captures (small gRPC messages, many HTTP/2 frames per MB: the tiny model, the multi-worker
 capture), large-packet captures, and small packets carrying large frames. MB/s are megabytes
 (10^6 bytes) of uncompressed capture per second; each figure is the best and the median of
-``--repeat`` full :func:`netcapture.read_capture` calls, records included. The machine's
-load average is read before and after each capture (the benchmark is one core's work, on a
-machine where other work may run). Per capture:
+``--repeat`` full :func:`netcapture.read_capture` calls, records included, in wall time, and
+for the decoders that run in this process (or the baseline's child) the median CPU time the
+process spent (``cpu_median_s``, ``mb_per_cpu_s_median``): one core's own work, which other
+work on the machine does not lengthen. The machine's load average is read before and after
+each capture, and ``--note`` says what else ran. Per capture:
 
 - ``scapy_fast``: the default backend as it runs (its fast path, :mod:`netcapture.fastpath`);
   ``scapy_reference``: the same backend's reference path (``fast=False``: scapy's reader,
