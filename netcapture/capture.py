@@ -132,8 +132,8 @@ def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for the block (as it was, after).
 
     Decoding makes a few Python objects per HTTP/2 frame and keeps them (the records), so the
-    collector's passes walk ever more live objects and find nothing: on frame-dense captures
-    they took a quarter to a third of the time. The only cycles decoding makes are its own
+    collector's passes walk ever more live objects and find nothing: they took up to a quarter
+    of the time (wide_1gbit_smallwin). The only cycles decoding makes are its own
     per-connection state, freed once at the end (when the collector runs again), so memory
     does not grow with the collector off.
     """
