@@ -5,9 +5,11 @@ and as bundled ("gzip"), and classed by what its decoding costs (:func:`kind`): 
 captures (small gRPC messages, many HTTP/2 frames per MB: the tiny model, the multi-worker
 capture), large-packet captures, and small packets carrying large frames. MB/s are megabytes
 (10^6 bytes) of uncompressed capture per second; each figure is the best and the median of
-``--repeat`` full :func:`netcapture.read_capture` calls, records included. The machine's
-load average is read before and after each capture (the benchmark is one core's work, on a
-machine where other work may run). Per capture:
+``--repeat`` full :func:`netcapture.read_capture` calls, records included, in wall time, and
+for the decoders that run in this process (or the baseline's child) the median CPU time the
+process spent (``cpu_median_s``, ``mb_per_cpu_s_median``): one core's own work, which other
+work on the machine does not lengthen. The machine's load average is read before and after
+each capture, and ``--note`` says what else ran. Per capture:
 
 - ``scapy_fast``: the default backend as it runs (its fast path, :mod:`netcapture.fastpath`);
   ``scapy_reference``: the same backend's reference path (``fast=False``: scapy's reader,
@@ -37,6 +39,7 @@ import os
 import platform
 import pstats
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,7 +54,7 @@ from timing import time_calls  # noqa: E402
 
 from calibration.runmatch import run_server_ports  # noqa: E402
 from netcapture import read_capture  # noqa: E402
-from netcapture.capture import assemble  # noqa: E402
+from netcapture.capture import assemble, collector_paused  # noqa: E402
 from netcapture.layers import decode_tcp, decode_tcp_scapy  # noqa: E402
 from netcapture.pcap import PcapReader, PcapWriter, iter_packets  # noqa: E402
 from tfbase.fileio import write_json  # noqa: E402
@@ -74,15 +77,16 @@ started = time.perf_counter()
 from netcapture import read_capture
 imported = time.perf_counter() - started
 ports = None if sys.argv[3] == "-" else {int(p) for p in sys.argv[3].split(",")}
-times = []
+times, cpu_times = [], []
 for _ in range(int(sys.argv[4])):
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         read_capture(sys.argv[2], server_ports=ports)
     times.append(time.perf_counter() - started)
+    cpu_times.append(time.process_time() - cpu_started)
 peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(json.dumps({"import_s": imported, "times_s": times, "peak_rss_bytes": peak}))
+print(json.dumps({"import_s": imported, "times_s": times, "cpu_times_s": cpu_times, "peak_rss_bytes": peak}))
 """
 
 
@@ -127,8 +131,24 @@ def _seconds(function, repeat: int) -> dict[str, float]:
     return {"best_s": best, "median_s": median}
 
 
+def _seconds_and_cpu(function, repeat: int) -> dict[str, float]:
+    """:func:`_seconds`, and the process's CPU time per call (``cpu_median_s``): what one core
+    spent on a decode in this process, which other work on the machine does not lengthen."""
+    cpu: list[float] = []
+
+    def timed():
+        started = time.process_time()
+        function()
+        cpu.append(time.process_time() - started)
+
+    return {**_seconds(timed, repeat), "cpu_median_s": statistics.median(cpu)}
+
+
 def _rate(times: dict[str, float], megabytes: float) -> dict[str, float]:
-    return {**times, "mb_per_s_best": megabytes / times["best_s"], "mb_per_s_median": megabytes / times["median_s"]}
+    rates = {**times, "mb_per_s_best": megabytes / times["best_s"], "mb_per_s_median": megabytes / times["median_s"]}
+    if "cpu_median_s" in times:
+        rates["mb_per_cpu_s_median"] = megabytes / times["cpu_median_s"]
+    return rates
 
 
 def _tshark_version() -> str | None:
@@ -153,7 +173,8 @@ def _decode(path: Path, backend: str, ports, fast: bool = True):
         if backend == "scapy" and not fast:
             from netcapture import scapy_backend
 
-            return assemble(scapy_backend.decode(path, None if ports is None else frozenset(ports), fast=False))
+            with collector_paused():  # as read_capture decodes
+                return assemble(scapy_backend.decode(path, None if ports is None else frozenset(ports), fast=False))
         return read_capture(path, backend, server_ports=ports)
 
 
@@ -224,18 +245,24 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
                 def decode(path=path, backend=backend, fast=fast):
                     return _decode(path, backend, ports, fast)
 
-                result["backends"][f"{name}_{label}"] = _rate(_seconds(decode, repeat), megabytes)
+                # tshark decodes in a child process: only the in-process decoders' CPU time is ours
+                timing = _seconds if backend == "tshark" else _seconds_and_cpu
+                result["backends"][f"{name}_{label}"] = _rate(timing(decode, repeat), megabytes)
         if baseline is not None:
             for label, path in (("plain", plain), ("gzip", capture_path)):
-                times = _child(baseline, path, ports, repeat)["times_s"]
+                child = _child(baseline, path, ports, repeat)
+                times = child["times_s"]
                 result["backends"][f"baseline_{label}"] = _rate(
-                    {"best_s": min(times), "median_s": sorted(times)[len(times) // 2]}, megabytes)
+                    {"best_s": min(times), "median_s": sorted(times)[len(times) // 2],
+                     "cpu_median_s": sorted(child["cpu_times_s"])[len(times) // 2]}, megabytes)
         backends = result["backends"]
         for label in ("plain", "gzip"):
             fast = backends[f"scapy_fast_{label}"]["median_s"]
             result[f"speedup_vs_reference_{label}"] = round(backends[f"scapy_reference_{label}"]["median_s"] / fast, 2)
             if baseline is not None:
                 result[f"speedup_vs_baseline_{label}"] = round(backends[f"baseline_{label}"]["median_s"] / fast, 2)
+                result[f"cpu_speedup_vs_baseline_{label}"] = round(
+                    backends[f"baseline_{label}"]["cpu_median_s"] / backends[f"scapy_fast_{label}"]["cpu_median_s"], 2)
         if "tshark_plain" in backends:
             # tshark's start-up (dissectors, the .proto) is a fixed cost; measure it on the
             # first 100 packets and report the rate without it.
@@ -244,14 +271,15 @@ def bench_capture(capture_path: Path, repeat: int, baseline: Path | None) -> dic
             fixed = _seconds(lambda: read_capture(head, "tshark", server_ports=ports, require_http2=False),
                              repeat)["median_s"]
             result["tshark_startup_s"] = fixed
-            result["tshark_plain_mb_per_s_without_startup"] = megabytes / max(
-                backends["tshark_plain"]["median_s"] - fixed, 1e-9)
+            # None when the start-up took as long as the whole file (a small file, a busy machine)
+            rest = backends["tshark_plain"]["median_s"] - fixed
+            result["tshark_plain_mb_per_s_without_startup"] = megabytes / rest if rest > 0 else None
         stages = result["stages"]
         from netcapture.pcapbatch import Unavailable
 
         try:
             stages["fast_index_pass"] = _rate(_seconds(lambda: _index_only(plain), repeat), megabytes)
-        except Unavailable:  # pcapng: read by the reference path only
+        except Unavailable:  # a file the fast path leaves to the reference path
             stages["fast_index_pass"] = None
         stages["reference_read_packets"] = _rate(_seconds(lambda: sum(1 for _ in iter_packets(plain)), repeat),
                                                  megabytes)
@@ -308,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "decode.json")
     parser.add_argument("--md", type=Path, default=ROOT / "bench" / "results" / "decode.md",
                         help="the side-by-side table (default: bench/results/decode.md)")
+    parser.add_argument("--note", help="what else ran on the machine meanwhile, for the published files")
     args = parser.parse_args(argv)
 
     captures = args.capture or bundled_captures()
@@ -322,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": _tree_commit(ROOT),
         "repeat": args.repeat,
         "load": {"before": load_before, "after": load_average(), "wall_s": round(time.time() - started, 1)},
+        "note": args.note,
         "machine": {"cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "tshark": _tshark_version()},
     }
@@ -341,33 +371,51 @@ def markdown(document: dict) -> str:
         f"({document['machine']['cpus']} CPUs), {(document['machine']['tshark'] or 'no tshark').rstrip('.')}. "
         "`python bench/decode_bench.py "
         f"--repeat {document['repeat']}`: each figure is the median of {document['repeat']} full `read_capture` "
-        "calls (records included) on one core, in MB of uncompressed capture per second; best-of and the "
+        "calls (records included) on one core, in MB of uncompressed capture per second of wall time; the "
+        "*CPU* columns per second of the decoding process's CPU time, one core's own work, which other work "
+        "on the machine does not lengthen (tshark decodes in a child process: none); best-of and the "
         "stages are in `decode.json`. Load average (1, 5, 15 min) before the run "
         f"{', '.join(map(str, load['before']))}, after {', '.join(map(str, load['after']))} "
-        f"({load['wall_s']:.0f} s); per capture in `decode.json` (`load_before`, `load_after`).",
+        f"({load['wall_s']:.0f} s); per capture in `decode.json` (`load_before`, `load_after`)."
+        + (f" {document['note']}" if document.get("note") else ""),
         "",
-        "| kind | capture | workers | MB | mean packet | frames/MB | default plain | default gzip | tshark plain "
-        "| tshark gzip | tshark plain, start-up apart | default/tshark (plain) |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    baseline = document.get("baseline")
+    if baseline:
+        lines += [f"Baseline: the default backend of {baseline['label']}, timed in a child process in the same run "
+                  "(`--baseline`); *speed-up* is its median time over this commit's, plain (wall, and CPU).", ""]
+    columns = ["kind", "capture", "workers", "MB", "mean packet", "frames/MB", "default plain", "default plain, CPU",
+               "default gzip", "tshark plain", "tshark gzip", "tshark plain, start-up apart", "default/tshark (plain)"]
+    if baseline:
+        columns += ["baseline plain", "baseline plain, CPU", "speed-up", "speed-up, CPU"]
+    lines += ["| " + " | ".join(columns) + " |", "| --- | --- |" + " ---: |" * (len(columns) - 2)]
+
+    def rate(figures: dict | None, key: str = "mb_per_s_median") -> str:
+        return f"{figures[key]:,.0f}" if figures and key in figures else "-"
+
     order = ("frame-dense", "small packets, large frames", "large packets")
     for run in sorted(document["captures"], key=lambda r: (order.index(r["kind"]), -r["frames_per_mb"])):
         b = run["backends"]
-        rates = [f"{b[n]['mb_per_s_median']:,.0f}" if n in b else "-"
-                 for n in ("scapy_fast_plain", "scapy_fast_gzip", "tshark_plain", "tshark_gzip")]
         apart = run.get("tshark_plain_mb_per_s_without_startup")
-        rates.append(f"{apart:,.0f}" if apart is not None else "-")
-        ratio = (f"{b['scapy_fast_plain']['mb_per_s_median'] / b['tshark_plain']['mb_per_s_median']:.1f}x"
-                 if "tshark_plain" in b else "-")
-        lines.append(f"| {run['kind']} | `{Path(run['capture']).parent.name}` | {run['workers']} | "
-                     f"{run['capture_mb']:.1f} | {run['mean_packet_bytes'] / 1e3:.1f} KB | "
-                     f"{run['frames_per_mb']:.0f} | {' | '.join(rates)} | {ratio} |")
+        cells = [run["kind"], f"`{Path(run['capture']).parent.name}`", str(run["workers"]), f"{run['capture_mb']:.1f}",
+                 f"{run['mean_packet_bytes'] / 1e3:.1f} KB", f"{run['frames_per_mb']:.0f}",
+                 rate(b.get("scapy_fast_plain")), rate(b.get("scapy_fast_plain"), "mb_per_cpu_s_median"),
+                 rate(b.get("scapy_fast_gzip")), rate(b.get("tshark_plain")), rate(b.get("tshark_gzip")),
+                 f"{apart:,.0f}" if apart is not None else "-",
+                 f"{b['scapy_fast_plain']['mb_per_s_median'] / b['tshark_plain']['mb_per_s_median']:.1f}x"
+                 if "tshark_plain" in b else "-"]
+        if baseline:
+            cpu_speedup = run.get("cpu_speedup_vs_baseline_plain")
+            cells += [rate(b.get("baseline_plain")), rate(b.get("baseline_plain"), "mb_per_cpu_s_median"),
+                      f"{run['speedup_vs_baseline_plain']:.2f}x",
+                      f"{cpu_speedup:.2f}x" if cpu_speedup is not None else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
         "Kinds (`decode_bench.kind`): *frame-dense*, at least 100 HTTP/2 frames per MB (small gRPC messages: "
         "the cost is per frame); *large packets*, a mean captured packet of 16 KB or more (bulk tensor data "
         "in GSO super-packets); *small packets, large frames*, the rest (MTU-sized packets of large messages). "
-        "A pcapng capture (`tiny16_lo_smallwin`) is read by the reference path, packet by packet; the small "
+        "pcapng (`tiny16_lo_smallwin`) is read by the fast path as classic pcap is; the small "
         "captures' rates include each call's fixed costs; tshark's start-up (`tshark_startup_s`, timed on the "
         "capture's first 100 packets) is taken apart in its own column.",
         "",

@@ -4,7 +4,7 @@ Layers, one module each: :mod:`~netcapture.pcap` (pcap/pcapng/gzip, streamed),
 :mod:`~netcapture.layers` (link/IP/TCP headers), :mod:`~netcapture.tcp` (reassembly),
 :mod:`~netcapture.http2` (frames, HPACK), :mod:`~netcapture.grpc` (messages, RecvTensor
 protobuf), :mod:`~netcapture.streams` (the records), :mod:`~netcapture.iperf` (``iperf3 -J``).
-The default backend's fast path reads classic pcap through compiled kernels
+The default backend's fast path reads pcap and pcapng through compiled kernels
 (:mod:`~netcapture.pcapindex`, :mod:`~netcapture.pcapbatch`, :mod:`~netcapture.fastpath`) and
 keeps large DATA payloads only where they are read (:mod:`~netcapture.sparse`).
 Matching streams to a run's traced tensors joins a capture with a trace, so it lives above

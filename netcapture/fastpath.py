@@ -1,9 +1,10 @@
 """The default backend's fast path: indexed packets into the decoder, the common ones in a few steps.
 
-:func:`read_packets` reads a classic pcap through :class:`netcapture.pcapbatch.BatchReader` and
-hands each TCP packet to the decoder of :mod:`netcapture.scapy_backend`. Most packets of a
-capture of TensorFlow's traffic are one of two kinds, which this module handles itself, with
-the same effect on the decoder's state as :meth:`_Decoder.segment` (the reference path):
+:func:`read_packets` reads a pcap or pcapng file through
+:class:`netcapture.pcapbatch.BatchReader` and hands each TCP packet to the decoder of
+:mod:`netcapture.scapy_backend`. Most packets of a capture of TensorFlow's traffic are one of
+two kinds, which this module handles itself, with the same effect on the decoder's state as
+:meth:`_Decoder.segment` (the reference path):
 
 - a segment without payload or SYN (an acknowledgement) of a known connection: the
   connection's latest time, and the direction's segment count, time reversals and FIN flag;

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 
 from netcapture.errors import MalformedFrame, NeedMoreData
+from netcapture.records import positional_maker
 from netcapture.sparse import SparseBytes
 
 GRPC_PREFIX_BYTES = 5
@@ -57,6 +58,9 @@ class GrpcMessage:
     step_id: int | None = None
     rendezvous_key: str | None = None
     tensor_content_bytes: int | None = None
+
+
+_make_message = positional_maker(GrpcMessage)  # one a gRPC message (netcapture.records)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,9 +117,18 @@ class GrpcDeframer:
         (length, compressed, its first bytes). Consumes all of ``data``; a message split across
         calls is completed by a later one. ``data`` may be a :class:`SparseBytes` that kept
         what a :class:`NeedCursor` in this deframer's state asked for."""
-        done = []
         position, size = 0, len(data)
-        take_bytes = data.read if isinstance(data, SparseBytes) else lambda start, stop: data[start:stop]
+        sparse = isinstance(data, SparseBytes)
+        if not sparse and self._remaining < 0 and not self._prefix and size >= GRPC_PREFIX_BYTES \
+                and data[0] <= 1 and int.from_bytes(data[1:GRPC_PREFIX_BYTES], "big") == size - GRPC_PREFIX_BYTES:
+            # One whole message (gRPC's usual DATA frame): what the loop below does, in one step.
+            self._compressed = bool(data[0])
+            self._length = size - GRPC_PREFIX_BYTES
+            self._kept.clear()
+            self._kept += data[GRPC_PREFIX_BYTES: GRPC_PREFIX_BYTES + min(self._length, self._keep)]
+            return [(self._length, self._compressed, bytes(self._kept))]
+        done = []
+        take_bytes = data.read if sparse else lambda start, stop: data[start:stop]
         while position < size:
             if self._remaining < 0:
                 take = min(GRPC_PREFIX_BYTES - len(self._prefix), size - position)
@@ -214,6 +227,8 @@ class NeedCursor:
 # -- protobuf wire format -----------------------------------------------------------------
 
 def _varint(data: bytes, position: int) -> tuple[int, int]:
+    if position < len(data) and data[position] < 0x80:  # one byte: tags, small values
+        return data[position], position + 1
     result, shift = 0, 0
     while True:
         if position >= len(data):
@@ -228,6 +243,24 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
             raise MalformedFrame(None, "protobuf varint longer than 10 bytes")
 
 
+def _field_at(data: bytes, position: int) -> tuple[int, int, int | None, int, int]:
+    """The field whose tag is at ``position``: ``(number, wire_type, value, value_start, next)``, as
+    :func:`_fields` yields them, and where the next field starts."""
+    tag, position = _varint(data, position)
+    number, wire_type = tag >> 3, tag & 7
+    if wire_type == 0:
+        value, position = _varint(data, position)
+        return number, wire_type, value, position, position
+    if wire_type == 2:
+        length, position = _varint(data, position)
+        return number, wire_type, length, position, position + length
+    if wire_type == 1:
+        return number, wire_type, None, position, position + 8
+    if wire_type == 5:
+        return number, wire_type, None, position, position + 4
+    raise MalformedFrame(None, f"protobuf field {number} with wire type {wire_type}")
+
+
 def _fields(data: bytes, start: int, end: int):
     """Yield ``(number, wire_type, value, value_start)`` of the fields in ``data[start:end]``.
 
@@ -237,34 +270,32 @@ def _fields(data: bytes, start: int, end: int):
     """
     position = start
     while position < end:
-        tag, position = _varint(data, position)
-        number, wire_type = tag >> 3, tag & 7
-        if wire_type == 0:
-            value, position = _varint(data, position)
-            yield number, wire_type, value, position
-        elif wire_type == 2:
-            length, position = _varint(data, position)
-            yield number, wire_type, length, position
-            position += length
-        elif wire_type == 1:
-            yield number, wire_type, None, position
-            position += 8
-        elif wire_type == 5:
-            yield number, wire_type, None, position
-            position += 4
-        else:
-            raise MalformedFrame(None, f"protobuf field {number} with wire type {wire_type}")
+        number, wire_type, value, value_start, position = _field_at(data, position)
+        yield number, wire_type, value, value_start
+
+
+def _first_length_delimited(data: bytes, start: int, end: int, number: int) -> tuple[int, int] | None:
+    """``(length, value_start)`` of the first length-delimited field ``number`` in ``data[start:end]``
+    (as the first such of :func:`_fields`, which reads no further), or ``None``."""
+    position = start
+    while position < end:
+        found, wire_type, value, value_start, position = _field_at(data, position)
+        if found == number and wire_type == 2:
+            return value, value_start
+    return None
 
 
 def parse_recv_tensor_request(body: bytes) -> tuple[int | None, str | None]:
     """``(step_id, rendezvous_key)`` of a serialised ``RecvTensorRequest``."""
     step_id, key = None, None
+    position, end = 0, len(body)
     try:
-        for number, wire_type, value, start in _fields(body, 0, len(body)):
+        while position < end:
+            number, wire_type, value, start, position = _field_at(body, position)
             if number == 1 and wire_type == 0:
                 step_id = value - (1 << 64) if value >= 1 << 63 else value
             elif number == 2 and wire_type == 2:
-                if start + value > len(body):
+                if start + value > end:
                     raise NeedMoreData
                 key = body[start: start + value].decode("utf-8", errors="replace")
     except NeedMoreData:
@@ -278,28 +309,27 @@ def tensor_content_bytes(prefix: bytes) -> int | None:
     ``None`` if the response has no raw tensor content, or if ``prefix`` ends before it.
     """
     try:
-        for number, wire_type, value, start in _fields(prefix, 0, len(prefix)):
-            if number == 1 and wire_type == 2:  # tensor: TensorProto
-                for inner, inner_type, inner_value, _ in _fields(prefix, start, start + value):
-                    if inner == 4 and inner_type == 2:
-                        return inner_value
-                return None
+        tensor = _first_length_delimited(prefix, 0, len(prefix), 1)  # tensor: TensorProto
+        if tensor is None:
+            return None
+        length, start = tensor
+        content = _first_length_delimited(prefix, start, start + length, 4)  # tensor_content
     except NeedMoreData:
         return None
-    return None
+    return None if content is None else content[0]
 
 
 def describe_message(path: str | None, from_client: bool, length: int, compressed: bool,
                      kept: bytes) -> GrpcMessage:
     """The :class:`GrpcMessage` for a message of the RPC ``path`` (RecvTensor fields filled in)."""
     if path != RECV_TENSOR_PATH or compressed:
-        return GrpcMessage(length, compressed)
+        return _make_message(length, compressed, None, None, None)
     if from_client:
         if len(kept) < length:
-            return GrpcMessage(length, compressed)
+            return _make_message(length, compressed, None, None, None)
         step_id, key = parse_recv_tensor_request(kept)
-        return GrpcMessage(length, compressed, step_id=step_id, rendezvous_key=key)
-    return GrpcMessage(length, compressed, tensor_content_bytes=tensor_content_bytes(kept))
+        return _make_message(length, compressed, step_id, key, None)
+    return _make_message(length, compressed, None, None, tensor_content_bytes(kept))
 
 
 def looks_like_recv_tensor_request(body: bytes) -> bool:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 from netcapture.errors import MalformedFrame, NeedMoreData
 from netcapture.grpc import GrpcMessage, NeedCursor
+from netcapture.records import positional_maker
 from netcapture.sparse import SparseBuilder, SparseBytes
 from netcapture.tcp import ConnectionId
 
@@ -145,6 +146,9 @@ class RawFrame:
         return len(self.payload) if self.declared_length is None else self.declared_length
 
 
+_make_raw = positional_maker(RawFrame)
+
+
 def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX_FRAME_PAYLOAD_BYTES
                 ) -> tuple[int, int, int, int, int]:
     """Parse the frame header at ``buffer[position:]``: ``(type, flags, stream_id, length, consumed)``.
@@ -154,7 +158,7 @@ def parse_frame(buffer: bytes | bytearray, position: int, max_payload: int = MAX
     """
     if len(buffer) - position < FRAME_HEADER_BYTES:
         raise NeedMoreData
-    high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", buffer, position)
+    high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(buffer, position)
     length = (high << 16) | low
     if length > max_payload:
         raise MalformedFrame(None, f"frame of {length} bytes exceeds the limit of {max_payload}")
@@ -183,6 +187,7 @@ SPARSE_MIN_BYTES = DEFAULT_MAX_FRAME_BYTES + 1
 # whole from there on: deciding piece by piece would cost more than copying.
 SPARSE_MAX_PIECES = 64
 _STREAM_ID_BITS = 0x7FFFFFFF
+_FRAME_HEADER = struct.Struct("!BHBBI")  # length (high byte, low 16 bits), type, flags, stream id
 
 
 def plausible_header(buffer: bytes | bytearray, position: int, max_payload: int) -> int | None:
@@ -195,7 +200,7 @@ def plausible_header(buffer: bytes | bytearray, position: int, max_payload: int)
     >>> plausible_header(bytes(9), 0, 16384) is None                    # DATA on stream 0
     True
     """
-    high, low, frame_type, flags, stream_word = struct.unpack_from("!BHBBI", buffer, position)
+    high, low, frame_type, flags, stream_word = _FRAME_HEADER.unpack_from(buffer, position)
     length = (high << 16) | low
     if frame_type > CONTINUATION or length > max_payload or stream_word >> 31 or flags & ~_ALLOWED_FLAGS[frame_type]:
         return None
@@ -293,8 +298,12 @@ class FrameSplitter:
             data = self._feed_sparse(data, ready)
             if self._sparse is not None or not len(data):
                 return iter(ready)
-        if not self._buffer and self._synchronised and not self._need_preface:
-            return self._cut(ready, data, 0)  # nothing buffered: cut straight from the caller's bytes
+        if self._synchronised and not self._need_preface:
+            if not self._buffer:
+                return self._cut(ready, data, 0)  # nothing buffered: cut straight from the caller's bytes
+            rest = self._complete_buffered(data, ready)
+            if rest is not None:
+                return self._cut(ready, rest, 0)
         self._buffer += data
         if not self._synchronised and not self._resynchronise():
             return iter(ready)
@@ -310,15 +319,46 @@ class FrameSplitter:
             self._need_preface = False
         return self._cut(ready, self._buffer, position)
 
+    def _complete_buffered(self, data, ready: list[RawFrame]) -> memoryview | None:
+        """Complete the buffered frame with the first bytes of ``data`` (appended to ``ready``) and
+        return the rest of ``data``; or ``None``, touching nothing, when ``data`` does not complete
+        it or its header is not all buffered (then ``data`` joins the buffer).
+
+        Only the missing bytes are copied, not all of ``data`` (which would be copied again as
+        each frame after it is cut); the buffer becomes the frame's payload, and a new one starts.
+        """
+        buffer = self._buffer
+        held = len(buffer)
+        if held < FRAME_HEADER_BYTES:
+            return None
+        high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(buffer, 0)
+        length = (high << 16) | low
+        missing = FRAME_HEADER_BYTES + length - held
+        sparse_from = SPARSE_MIN_BYTES if self.body_needs is not None else MAX_FRAME_PAYLOAD_BYTES + 1
+        if not 0 < missing <= len(data) or (frame_type == DATA and length >= sparse_from):
+            return None
+        view = memoryview(data)
+        buffer += view[:missing]
+        self._buffer = bytearray()
+        ready.append(_make_raw(self._buffer_offset, frame_type, flags, stream_id & _STREAM_ID_BITS,
+                               memoryview(buffer)[FRAME_HEADER_BYTES:], None))
+        self._buffer_offset += FRAME_HEADER_BYTES + length
+        return view[missing:]
+
     def _cut(self, ready: list[RawFrame], source, position: int) -> Iterator[RawFrame]:
         """Yield ``ready``, then the frames in ``source`` (the buffer, or the caller's bytes when
         nothing was buffered; ``self._buffer_offset`` is the stream offset of ``source[0]``) from
-        ``position`` on; keep what is left of ``source`` for the next call."""
+        ``position`` on; keep what is left of ``source`` for the next call.
+
+        A frame cut from the caller's bytes has a view of them as its payload, not a copy: a
+        consumer reads a frame's payload before it takes the next frame and keeps no view of it.
+        The buffer's frames are copied (the buffer is cut down after the last one)."""
         yield from ready
         size = len(source)
+        view = None if source is self._buffer else memoryview(source)
         sparse_from = SPARSE_MIN_BYTES if self.body_needs is not None else MAX_FRAME_PAYLOAD_BYTES + 1
         while size - position >= FRAME_HEADER_BYTES:
-            high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", source, position)
+            high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(source, position)
             length = (high << 16) | low
             if frame_type == DATA and length >= sparse_from:
                 frame = self._start_sparse(source, position, flags, stream_id & _STREAM_ID_BITS, length)
@@ -331,8 +371,9 @@ class FrameSplitter:
             if size - position < FRAME_HEADER_BYTES + length:
                 break
             start = position + FRAME_HEADER_BYTES
-            frame = RawFrame(self._buffer_offset + position, frame_type, flags, stream_id & _STREAM_ID_BITS,
-                             bytes(source[start: start + length]))
+            payload = bytes(source[start: start + length]) if view is None else view[start: start + length]
+            frame = _make_raw(self._buffer_offset + position, frame_type, flags, stream_id & _STREAM_ID_BITS, payload,
+                              None)
             position += FRAME_HEADER_BYTES + length
             yield frame
         # One deletion per call, not per frame: small frames in front of a large partial one
@@ -340,7 +381,7 @@ class FrameSplitter:
         if source is self._buffer:
             del self._buffer[:position]
         else:
-            self._buffer += source[position:]
+            self._buffer += view[position:]
         self._buffer_offset += position
 
     def skip(self, count: int) -> None:
@@ -414,7 +455,7 @@ class FrameSplitter:
         if self._damaged is None and self._synchronised and not self._need_preface \
                 and len(self._buffer) >= FRAME_HEADER_BYTES:
             # The frame in progress has its header: it ends where the header says.
-            high, low, frame_type, flags, stream_id = struct.unpack_from("!BHBBI", self._buffer, 0)
+            high, low, frame_type, flags, stream_id = _FRAME_HEADER.unpack_from(self._buffer, 0)
             length = (high << 16) | low
             self._damaged = RawFrame(self._buffer_offset, frame_type, flags, stream_id & _STREAM_ID_BITS, b"", length)
             self._damaged_end = self._buffer_offset + FRAME_HEADER_BYTES + length
@@ -540,6 +581,7 @@ class DirectionDecoder:
         import hpack
 
         self._hpack = hpack.Decoder()
+        self._hpack_error = hpack.HPACKError
         # A passive observer must accept whatever the peers agreed on.
         self._hpack.max_allowed_table_size = 1 << 32
         self._hpack.max_header_list_size = 1 << 30
@@ -579,7 +621,7 @@ class DirectionDecoder:
             start, end = split_padding(frame.flags, frame.payload)
             return FrameDetails(data_bytes=end - start)
         if kind in (HEADERS, PUSH_PROMISE, CONTINUATION):
-            return FrameDetails(headers=self._header_block(frame))
+            return FrameDetails(headers=self.header_block(frame))
         if kind in (SETTINGS, WINDOW_UPDATE, PING, RST_STREAM, GOAWAY):
             return self._control(frame)
         return FrameDetails()
@@ -607,7 +649,9 @@ class DirectionDecoder:
             return FrameDetails(error_code=parsed.error_code)
         return FrameDetails(error_code=parsed.error_code, last_stream_id=parsed.last_stream_id)
 
-    def _header_block(self, frame: RawFrame) -> Headers | None:
+    def header_block(self, frame: RawFrame) -> Headers | None:
+        """Take a HEADERS, PUSH_PROMISE or CONTINUATION frame's fragment; the headers of the block
+        it ends, or ``None`` (the block goes on, or was lost). Raises :class:`MalformedFrame`."""
         payload = frame.payload
         if frame.type == CONTINUATION:
             if self._block_stream != frame.stream_id:
@@ -626,6 +670,8 @@ class DirectionDecoder:
                 start += 4
             if start > end:
                 raise MalformedFrame(None, f"{FRAME_TYPE_NAMES[frame.type]} frame too short")
+            if frame.flags & FLAG_END_HEADERS and not self._block:  # a whole block: nothing to join
+                return self._hpack_decode(bytes(payload[start:end]))
             fragment = payload[start:end]
             self._block_stream = frame.stream_id
         self._block += fragment
@@ -640,8 +686,6 @@ class DirectionDecoder:
         return self._hpack_decode(block)
 
     def _hpack_decode(self, block: bytes) -> Headers | None:
-        from hpack import HPACKError
-
         if self.hpack_failed:
             return None  # the dynamic table is lost for the rest of this direction
         cached = self._unchanged_blocks.get(block)
@@ -652,7 +696,7 @@ class DirectionDecoder:
         before = (len(entries), entries[0] if entries else None, table.maxsize)  # holds the newest entry
         try:
             pairs = self._hpack.decode(block, raw=True)
-        except (HPACKError, IndexError, ValueError) as exc:
+        except (self._hpack_error, IndexError, ValueError) as exc:
             self.hpack_failed = True
             cause = " after header blocks were lost" if self.table_uncertain else ""
             raise MalformedFrame(None, f"HPACK header block cannot be decoded{cause} ({exc}); "

@@ -1,4 +1,4 @@
-"""Read a classic pcap file as batches of indexed packets, without copying their bytes.
+"""Read a pcap or pcapng file as batches of indexed packets, without copying their bytes.
 
 :class:`BatchReader` is the fast path's reader (:mod:`netcapture.fastpath`). A plain file is
 memory-mapped a window of :data:`WINDOW_BYTES` at a time; a gzip file is decompressed a chunk
@@ -9,25 +9,35 @@ a :class:`PacketBatch` of arrays (at most :data:`BATCH_PACKETS` packets), which 
 handles before the next one is made; no packet's bytes are copied unless the consumer asks.
 Memory stays flat in the capture's size: one window (or chunk) and one batch at a time.
 
+In a pcapng file a kernel indexes the enhanced packet blocks; every other block (section
+headers, interface descriptions, statistics, ...) is read by the reference reader's own code,
+one block at a time (:class:`_PcapngBlocks`), which keeps the interfaces, byte order and
+kernel drops as the reference reader would. The file's interfaces must share one link type
+(one the kernels decode) and one snapshot length.
+
 What it does not take, it leaves to the reference reader (:class:`netcapture.pcap.PcapReader`):
 
-- pcapng files, files too short to hold a pcap file header, link types outside
-  :data:`netcapture.layers.FAST_LINKTYPES`, and anything but a regular file (a pipe is read
-  once, by the reference reader) raise :class:`Unavailable` before any packet is read: the
-  caller decodes with the reference path. So does a file that cannot be memory-mapped.
-- In a plain file, a record the kernels stop at (cut by the end of the file, longer than a
+- files too short to hold a pcap file header, link types outside
+  :data:`netcapture.layers.FAST_LINKTYPES` (or pcapng interfaces that differ in link type or
+  snapshot length), and anything but a regular file (a pipe is read once, by the reference
+  reader) raise :class:`Unavailable` before any packet is read: the caller decodes with the
+  reference path. So does a file that cannot be memory-mapped.
+- In a plain pcap file, a record the kernels stop at (cut by the end of the file, longer than a
   pcap record may be, or a second capture's file header: :data:`~netcapture.pcapindex.SCAN_STOP`)
   is read, and everything after it, by :meth:`PcapReader.resume_pcap`, which reports it
   exactly as it would have (the same error, message and packet count).
 - In a gzip file the byte offsets of such a stop depend on how gzip's stream was read, so any
   damage at all (a cut or corrupt stream, or a stop) raises :class:`Unavailable` once some
   packets may have been handed out: the caller throws away what it decoded and starts again
-  with the reference path.
+  with the reference path. So does, in a pcapng file, plain or gzip, any block the fast reader
+  would not read as the reference reader does (a packet block with options, a simple or
+  obsolete packet block, a block cut, malformed or larger than :data:`MAX_PCAPNG_BLOCK_BYTES`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import mmap
 import os
 import stat
@@ -45,6 +55,7 @@ from netcapture.pcap import (
     PCAP_FILE_HEADER_BYTES,
     PCAP_MAGICS,
     PCAP_RECORD_HEADER_BYTES,
+    PCAPNG_MAGIC,
     Interface,
     PcapReader,
     RawPacket,
@@ -56,12 +67,15 @@ from netcapture.pcapindex import (
     IPV4_VERSION,
     IPV6_ADDRESS_BYTES,
     IPV6_SRC_AT,
+    PCAPNG_EPB,
+    SCAN_BLOCK,
     SCAN_END,
     SCAN_MORE,
     SCAN_STOP,
     FlowTable,
     assign_flows,
     decode_headers,
+    scan_blocks,
     scan_records,
 )
 
@@ -79,6 +93,16 @@ _SNAPLEN_AT, _LINKTYPE_AT = 16, 20  # fields of the pcap file header
 
 if WINDOW_BYTES < 2 * (mmap.ALLOCATIONGRANULARITY + PCAP_RECORD_HEADER_BYTES + MAX_PCAP_RECORD_BYTES):
     raise ImportError("netcapture.pcapbatch.WINDOW_BYTES cannot hold the largest pcap record")
+# pcapng: the largest block the fast reader takes (any window holds it; larger ones, which the
+# reference reader takes up to netcapture.pcap.MAX_RECORD_BYTES, are left to it), and how much
+# of the file's start is read for the interface that gives the link type.
+MAX_PCAPNG_BLOCK_BYTES = WINDOW_BYTES // 2
+PCAPNG_HEAD_BYTES = 64 << 10
+_SHB_HEAD_BYTES = 12  # a section header block's type, length and byte-order magic
+_BLOCK_HEAD_BYTES = 8  # any other block's type and length
+_BYTE_ORDER_MAGICS = {b"\x1a\x2b\x3c\x4d": "big", b"\x4d\x3c\x2b\x1a": "little"}
+_MAX_TICKS_PER_SECOND = 1_000_000_000  # pcapindex.scan_blocks' arithmetic holds up to nanoseconds
+_MAX_OFFSET_S = 1 << 31
 
 
 class Unavailable(Exception):
@@ -136,7 +160,7 @@ class _Arrays:
 
 
 class BatchReader:
-    """The packets of a classic pcap (plain or gzip) for :mod:`netcapture.fastpath`.
+    """The packets of a pcap or pcapng file (plain or gzip) for :mod:`netcapture.fastpath`.
 
     ``reader`` is the :class:`~netcapture.pcap.PcapReader` whose attributes (``format``,
     ``interfaces``, ``packets_read``, ``notes``) the reader keeps current, as if it had read the
@@ -156,8 +180,17 @@ class BatchReader:
                 header = handle.read(PCAP_FILE_HEADER_BYTES)
         except (CaptureError, OSError, EOFError, zlib.error):
             raise Unavailable from None  # the reference reader reports it
+        self.flows = FlowTable()
+        self._arrays = _Arrays(BATCH_PACKETS)
+        if header[:4] == PCAPNG_MAGIC:
+            self.format = "pcapng"
+            self.header = b""
+            self.linktype, self.snaplen = self._pcapng_link()
+            self.blocks: _PcapngBlocks | None = None
+            return
         if len(header) < PCAP_FILE_HEADER_BYTES or header[:4] not in PCAP_MAGICS:
-            raise Unavailable  # pcapng, or no capture
+            raise Unavailable  # no capture: the reference reader says what is wrong
+        self.format = "pcap"
         self.header = header
         self.big_endian = header[:4] in _BIG_ENDIAN_MAGICS
         order = "big" if self.big_endian else "little"
@@ -166,8 +199,25 @@ class BatchReader:
         self.snaplen = int.from_bytes(header[_SNAPLEN_AT:_SNAPLEN_AT + 4], order)
         if self.linktype not in FAST_LINKTYPES:
             raise Unavailable  # scapy's dissectors decode it, one packet at a time
-        self.flows = FlowTable()
-        self._arrays = _Arrays(BATCH_PACKETS)
+
+    def _pcapng_link(self) -> tuple[int, int]:
+        """The link type and snapshot length of a pcapng file's packets: those of the interfaces
+        its first blocks describe, which must agree (and be a link type the kernels decode)."""
+        try:
+            with open_capture(self.path) as handle:
+                head = handle.read(PCAPNG_HEAD_BYTES)
+        except (CaptureError, OSError, EOFError, zlib.error):
+            raise Unavailable from None
+        blocks = _PcapngBlocks(PcapReader(self.path), None, None)
+        position = 0
+        while position < len(head) and (blocks.scapy is None or _block_type(head, position, blocks) != PCAPNG_EPB):
+            position = blocks.take(head, position, len(head) < PCAPNG_HEAD_BYTES)
+            if position is None:
+                break
+        links = {(i.linktype, i.snaplen_bytes) for i in blocks.interfaces}
+        if len(links) != 1 or next(iter(links))[0] not in FAST_LINKTYPES:
+            raise Unavailable
+        return next(iter(links))
 
     def run(self, on_batch: Callable[[PacketBatch], None], on_packet: Callable[[RawPacket], None]) -> None:
         """Hand every packet to ``on_batch`` (batches) or, after a stop the reference reader reads
@@ -175,15 +225,22 @@ class BatchReader:
         reader raises there (:class:`~netcapture.errors.TruncatedCapture`,
         :class:`~netcapture.errors.CorruptTail`, ...), and :class:`Unavailable` for a damaged
         gzip file."""
-        self.reader.format = "pcap"
-        self.reader.interfaces.append(Interface(self.linktype, self.snaplen, 1_000_000_000 // self.ns_per_tick))
+        self.reader.format = self.format
+        if self.format == "pcapng":
+            self.blocks = _PcapngBlocks(self.reader, self.linktype, self.snaplen)
+        else:
+            self.reader.interfaces.append(Interface(self.linktype, self.snaplen, 1_000_000_000 // self.ns_per_tick))
         if self.compressed:
             self._run_gzip(on_batch)
-            return
-        stop = self._run_plain(on_batch)
-        if stop is not None:
-            for packet in self.reader.resume_pcap(self.header, stop):
-                on_packet(packet)
+        else:
+            stop = self._run_plain(on_batch)
+            if stop is not None:
+                if self.format == "pcapng":
+                    raise Unavailable  # the reference reader judges it, from the start
+                for packet in self.reader.resume_pcap(self.header, stop):
+                    on_packet(packet)
+        if self.format == "pcapng":
+            self.reader.kernel_drops = self.blocks.scapy.kernel_drops
 
     def flow_of(self, batch: PacketBatch, index: int) -> tuple[str, int, str, int]:
         """``(src_ip, src_port, dst_ip, dst_port)`` of packet ``index`` of ``batch``, as
@@ -204,7 +261,7 @@ class BatchReader:
     def _run_plain(self, on_batch: Callable[[PacketBatch], None]) -> int | None:
         """Index the file window by window; returns the offset of a stop, or ``None`` at a clean end."""
         size = self.path.stat().st_size
-        position = PCAP_FILE_HEADER_BYTES
+        position = len(self.header)
         with open(self.path, "rb") as handle:
             while position < size:
                 base = position - position % mmap.ALLOCATIONGRANULARITY
@@ -226,10 +283,10 @@ class BatchReader:
     # -- gzip files: decompressed chunks --------------------------------------------------
 
     def _run_gzip(self, on_batch: Callable[[PacketBatch], None]) -> None:
-        base, pending = PCAP_FILE_HEADER_BYTES, b""
+        base, pending = len(self.header), b""
         try:
             with open_capture(self.path) as handle:
-                handle.read(PCAP_FILE_HEADER_BYTES)
+                handle.read(len(self.header))
                 while True:
                     data = handle.read(GZIP_CHUNK_BYTES)
                     at_eof = len(data) < GZIP_CHUNK_BYTES
@@ -253,10 +310,16 @@ class BatchReader:
         arrays = self._arrays
         array = np.frombuffer(buffer, dtype=np.uint8)
         view = memoryview(buffer)
+        blocks = self.blocks if self.format == "pcapng" else None
         try:
             while True:
-                count, position, verdict = scan(array, position, at_eof, self.big_endian, self.ns_per_tick,
-                                                arrays.data_start, arrays.caplen, arrays.wirelen, arrays.time_ns)
+                if blocks is None:
+                    count, position, verdict = scan(array, position, at_eof, self.big_endian, self.ns_per_tick,
+                                                    arrays.data_start, arrays.caplen, arrays.wirelen, arrays.time_ns)
+                else:
+                    count, position, verdict = scan_blocks(
+                        array, position, at_eof, blocks.big_endian, MAX_PCAPNG_BLOCK_BYTES, blocks.ticks_per_second,
+                        blocks.offset_ns, arrays.data_start, arrays.caplen, arrays.wirelen, arrays.time_ns)
                 if count:
                     decode(array, count, arrays.data_start, arrays.caplen, self.linktype, arrays.kind, arrays.ip,
                            arrays.version, arrays.sport, arrays.dport, arrays.seq, arrays.ack, arrays.flags,
@@ -272,11 +335,99 @@ class BatchReader:
                         arrays.flags[:count], arrays.payload_start[:count], arrays.payload_end[:count],
                         arrays.flow[:count]))
                     self.reader.packets_read += count
+                if verdict == SCAN_BLOCK:
+                    taken = blocks.take(buffer, position, at_eof)
+                    if taken is None:  # the block goes on past the buffer
+                        return base + position, SCAN_MORE
+                    position = taken
+                    continue
+                if verdict == SCAN_STOP and blocks is not None:
+                    raise Unavailable  # the reference reader judges it, from the start
                 if verdict != SCAN_MORE or count < BATCH_PACKETS:
                     return base + position, verdict
         finally:
             view.release()
             del array
+
+
+class _PcapngBlocks:
+    """The blocks of a pcapng file other than enhanced packet blocks, read by the reference
+    reader's own code (:class:`netcapture.pcap._PcapNgReader`, one block at a time), and what
+    they tell :func:`~netcapture.pcapindex.scan_blocks`: the byte order, and per interface its
+    timestamp resolution and offset. ``reader``'s interfaces are kept as the reference reader
+    keeps them. A block that holds a packet, or that it cannot read as the reference reader
+    reads it in the file, raises :class:`Unavailable`, as do interfaces of another link type or
+    snapshot length than ``linktype`` and ``snaplen`` (``None``: any).
+    """
+
+    def __init__(self, reader: PcapReader, linktype: int | None, snaplen: int | None):
+        self.reader = reader
+        self.linktype, self.snaplen = linktype, snaplen
+        self.scapy = None  # the reference reader's pcapng reader, once the section header is read
+        self.big_endian = False
+        self.interfaces: list[Interface] = []
+        self.ticks_per_second = np.ones(0, np.int64)
+        self.offset_ns = np.zeros(0, np.int64)
+
+    def take(self, buffer, position: int, at_eof: bool) -> int | None:
+        """Read the block at ``position`` of ``buffer``; return where the next block starts, or
+        ``None`` when ``buffer`` ends inside it (and more of the file follows)."""
+        from netcapture.pcap import _PcapNgReader
+
+        size = len(buffer)
+        head = bytes(buffer[position: position + _SHB_HEAD_BYTES])
+        section = head[:4] == PCAPNG_MAGIC
+        if len(head) < (_SHB_HEAD_BYTES if section else _BLOCK_HEAD_BYTES):
+            if at_eof:
+                raise Unavailable
+            return None
+        order = _BYTE_ORDER_MAGICS.get(head[_BLOCK_HEAD_BYTES:_SHB_HEAD_BYTES]) if section \
+            else "big" if self.big_endian else "little"
+        if order is None or (self.scapy is None and not section):
+            raise Unavailable
+        length = int.from_bytes(head[4:_BLOCK_HEAD_BYTES], order)
+        if length < _SHB_HEAD_BYTES or length % 4 or length > MAX_PCAPNG_BLOCK_BYTES:
+            raise Unavailable
+        if position + length > size:
+            if at_eof:
+                raise Unavailable
+            return None
+        block = io.BytesIO(bytes(buffer[position: position + length]))
+        try:
+            if self.scapy is None:
+                self.scapy = _PcapNgReader(block)  # reads the section header
+            else:
+                self.scapy.f = block
+                if self.scapy._read_block(MAX_PCAPNG_BLOCK_BYTES) is not None:
+                    raise Unavailable  # a packet in a block scan_blocks does not read
+        except Exception:  # anything the reference reader reports: it reads the file from the start
+            raise Unavailable from None
+        if block.tell() != length:
+            raise Unavailable
+        self.big_endian = self.scapy.endian == ">"
+        self._describe()
+        return position + length
+
+    def _describe(self) -> None:
+        self.reader._sync_interfaces(self.scapy)
+        interfaces = self.reader.interfaces
+        if interfaces is self.interfaces:
+            return
+        for interface in interfaces:
+            if (self.linktype is not None and interface.linktype != self.linktype) \
+                    or (self.snaplen is not None and interface.snaplen_bytes != self.snaplen) \
+                    or not 0 < interface.ticks_per_second <= _MAX_TICKS_PER_SECOND \
+                    or abs(interface.offset_s) >= _MAX_OFFSET_S:
+                raise Unavailable
+        self.interfaces = interfaces
+        self.ticks_per_second = np.array([i.ticks_per_second for i in interfaces], np.int64)
+        self.offset_ns = np.array([i.offset_s * 1_000_000_000 for i in interfaces], np.int64)
+
+
+def _block_type(buffer, position: int, blocks: _PcapngBlocks) -> int | None:
+    """The type of the block at ``position`` (``None`` if cut)."""
+    word = bytes(buffer[position: position + 4])
+    return int.from_bytes(word, "big" if blocks.big_endian else "little") if len(word) == 4 else None
 
 
 def _close(window: mmap.mmap) -> None:

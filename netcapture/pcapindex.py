@@ -1,4 +1,4 @@
-"""Compiled passes over a buffer of classic pcap records: where each record is, what its TCP header says.
+"""Compiled passes over a buffer of pcap records or pcapng blocks: where each packet is, what its TCP header says.
 
 The fast reader (:mod:`netcapture.pcapbatch`) hands these kernels a buffer of a capture's
 bytes (a memory-mapped window of the file, or decompressed gzip output) and gets back arrays,
@@ -10,7 +10,9 @@ dissecting packets in Python:
   (:class:`netcapture.pcap.PcapReader`) would have to judge: a record cut by the end of the
   file, one longer than :data:`~netcapture.pcap.MAX_PCAP_RECORD_BYTES`, a second capture's
   file header. The reference reader then reads on from that byte, so every error and note is
-  its own.
+  its own. :func:`scan_blocks` does the same for a pcapng file's enhanced packet blocks, and
+  stops at any other block (the caller reads it) or any it would not read as the reference
+  reader does.
 - :func:`decode_headers` does what :func:`netcapture.layers.decode_tcp` does for the link types
   of :data:`netcapture.layers.FAST_LINKTYPES`, byte for byte (the same bounds checks, the same
   packets rejected), without making strings or copying payload: it records where the IP
@@ -157,6 +159,75 @@ def scan_records(buf, position, at_eof, big_endian, ns_per_tick, out_data, out_c
         out_wirelen[count] = u32(buf, position + _WIRELEN_AT, big_endian)
         out_time[count] = u32(buf, position + _SECONDS_AT, big_endian) * _NS_PER_S \
             + u32(buf, position + _FRACTION_AT, big_endian) * ns_per_tick
+        count += 1
+        position = end
+    return count, position, SCAN_MORE
+
+
+# pcapng (scan_blocks): an enhanced packet block is its type and length, the interface, the
+# timestamp's two words, the captured and wire lengths, the packet (padded to 4 bytes), no
+# options, and its length again.
+SCAN_BLOCK = 3  # a block scan_blocks leaves to the caller starts at the returned offset
+PCAPNG_EPB = 6
+_BLOCK_FIXED_BYTES = 12  # type, length, trailing length
+_EPB_FIXED_BYTES = 20  # interface, timestamp (high, low), captured length, wire length
+_EPB_INTERFACE_AT, _EPB_TS_HIGH_AT, _EPB_CAPLEN_AT, _EPB_WIRELEN_AT = 8, 12, 20, 24
+_EPB_DATA_AT = 28
+_BLOCK_ALIGN = 4
+_TS_HIGH_LIMIT = 1 << 31  # timestamps of 2**63 ticks or more are left to the reference reader
+_TIME_LIMIT_S = 1 << 33  # ... and times past the year 2242
+
+
+@njit(cache=True)
+def scan_blocks(buf, position, at_eof, big_endian, max_block_bytes, ticks_per_second, offset_ns, out_data,
+                out_caplen, out_wirelen, out_time):
+    """Index the pcapng enhanced packet blocks from ``position`` as :func:`scan_records` indexes pcap
+    records; returns ``(packets, next position, verdict)``.
+
+    ``ticks_per_second`` and ``offset_ns`` describe the section's interfaces (``if_tsresol``,
+    ``if_tsoffset``). Any other block is the caller's (:data:`SCAN_BLOCK`); a packet block the
+    reference reader would not read as it is read here (options, an interface not described, a
+    length that does not add up, a block cut by the end of the file) is :data:`SCAN_STOP`.
+    """
+    size = buf.shape[0]
+    capacity = out_data.shape[0]
+    interfaces = ticks_per_second.shape[0]
+    count = 0
+    while count < capacity:
+        if size - position < 2 * _BLOCK_ALIGN:
+            if at_eof and position == size:
+                return count, position, SCAN_END
+            return count, position, (SCAN_STOP if at_eof else SCAN_MORE)
+        if u32(buf, position, big_endian) != PCAPNG_EPB:
+            return count, position, SCAN_BLOCK
+        length = u32(buf, position + _BLOCK_ALIGN, big_endian)
+        if length < _BLOCK_FIXED_BYTES + _EPB_FIXED_BYTES or length % _BLOCK_ALIGN \
+                or length - _BLOCK_FIXED_BYTES > max_block_bytes:
+            return count, position, SCAN_STOP
+        end = position + length
+        if end > size:
+            return count, position, (SCAN_STOP if at_eof else SCAN_MORE)
+        if u32(buf, end - _BLOCK_ALIGN, big_endian) != length:
+            return count, position, SCAN_STOP
+        interface = u32(buf, position + _EPB_INTERFACE_AT, big_endian)
+        caplen = u32(buf, position + _EPB_CAPLEN_AT, big_endian)
+        padded = caplen + (-caplen) % _BLOCK_ALIGN
+        high = u32(buf, position + _EPB_TS_HIGH_AT, big_endian)
+        if interface >= interfaces or _BLOCK_FIXED_BYTES + _EPB_FIXED_BYTES + padded != length \
+                or high >= _TS_HIGH_LIMIT:
+            return count, position, SCAN_STOP
+        ticks = (high << 32) | u32(buf, position + _EPB_TS_HIGH_AT + _BLOCK_ALIGN, big_endian)
+        per_second = ticks_per_second[interface]
+        seconds = ticks // per_second
+        if seconds >= _TIME_LIMIT_S:
+            return count, position, SCAN_STOP
+        # Interface.to_ns without the overflow of ticks * 10**9: (ticks % per_second) * 10**9 fits
+        # (ticks_per_second is at most 10**9).
+        out_time[count] = seconds * _NS_PER_S + (ticks % per_second) * _NS_PER_S // per_second + offset_ns[interface]
+        wirelen = u32(buf, position + _EPB_WIRELEN_AT, big_endian)
+        out_data[count] = position + _EPB_DATA_AT
+        out_caplen[count] = caplen
+        out_wirelen[count] = max(wirelen, caplen)
         count += 1
         position = end
     return count, position, SCAN_MORE

@@ -3,13 +3,13 @@
 Two paths read the packets, with the same result (``bench/decode_check.py``,
 ``tests/test_netcapture_fastpath.py``):
 
-- the fast path (:mod:`netcapture.fastpath`), for a classic pcap, plain or gzip, of the
-  common link types: compiled kernels index records and headers in place
+- the fast path (:mod:`netcapture.fastpath`), for a pcap or pcapng file, plain or gzip, of
+  the common link types: compiled kernels index records and headers in place
   (:mod:`netcapture.pcapindex`, :mod:`netcapture.pcapbatch`), acknowledgements and
   in-sequence data of HTTP/2 connections go straight into reassembly, every other packet
   into :meth:`_Decoder.segment`;
 - the reference path (``decode(fast=False)``, and whatever the fast path does not take:
-  pcapng, other link types, the tail after a cut or corrupt record, a damaged gzip file):
+  other link types, the tail after a cut or corrupt record, a damaged gzip or pcapng file):
   packets from :mod:`netcapture.pcap` (scapy's raw pcap/pcapng readers), headers from
   :mod:`netcapture.layers` (a ``struct`` decoder for the common link types, scapy's
   dissectors for the rest), one at a time into :meth:`_Decoder.segment`.
@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import os
+import struct
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -64,11 +66,17 @@ from netcapture.grpc import (
     looks_like_recv_tensor_request,
 )
 from netcapture.http2 import (
+    CONTINUATION,
     DATA,
+    FLAG_ACK,
     FLAG_END_STREAM,
+    FLAG_PADDED,
     HEADERS,
+    PING,
     PREFACE,
     RST_STREAM,
+    SETTINGS,
+    WINDOW_UPDATE,
     DirectionDecoder,
     FrameSplitter,
     Http2Frame,
@@ -77,9 +85,16 @@ from netcapture.http2 import (
 )
 from netcapture.layers import ACK, SYN, TcpSegment, decode_tcp
 from netcapture.pcap import PcapReader, check_snaplen
+from netcapture.records import positional_maker
 from netcapture.tcp import ConnectionId, DirectionReassembler, Endpoint, TcpDirectionStats, TcpGap
 
 MAX_HELD_BYTES = 4 << 20
+# The frames _Decoder._frame decodes itself when intact, and their fixed sizes (RFC 9113 §6).
+_QUICK_TYPES = frozenset({DATA, HEADERS, CONTINUATION, WINDOW_UPDATE, PING, SETTINGS})
+WINDOW_UPDATE_BYTES, PING_BYTES, SETTING_BYTES = 4, 8, 6
+MAX_WINDOW_INCREMENT = (1 << 31) - 1
+_SETTING = struct.Struct("!HI")  # identifier, value
+_make_frame = positional_maker(Http2Frame)
 # A capture that began mid-connection: the held bytes of either direction must show a chain of
 # frame headers within this much, or the connection is not HTTP/2.
 MID_STREAM_PROBE_BYTES = 256 << 10
@@ -110,6 +125,7 @@ class _Direction:
         self.header_frames: set[int] = set()  # streams whose (intact) HEADERS this direction sent
         self.decoded_headers: set[int] = set()  # ... and whose header block could be decoded
         self.open_streams: set[int] = set()  # streams this direction has not ended
+        self.header_facts: dict[int, tuple] = {}  # id(headers) -> (headers, path, has path, gRPC): _on_headers
 
     def _on_bytes(self, data: bytes, offset: int, packet_number: int, time_ns: int) -> None:
         self.connection.on_bytes(self, data, offset, packet_number, time_ns)
@@ -382,6 +398,80 @@ class _Decoder:
             self.frames.append((packet_number, raw.offset, self._frame(direction, raw, packet_number, time_ns)))
 
     def _frame(self, direction: _Direction, raw: RawFrame, packet_number: int, time_ns: int) -> Http2Frame:
+        """The record of ``raw``, after its effects on the direction's state (decoding, gRPC).
+
+        The frames gRPC sends by the thousand (intact DATA, HEADERS, CONTINUATION,
+        WINDOW_UPDATE, PING and SETTINGS without a defect) are decoded here directly, with the
+        same result as :meth:`_any_frame`, which decodes every frame (and says what is wrong with
+        a broken one).
+        """
+        kind, payload = raw.type, raw.payload
+        if raw.declared_length is not None or kind not in _QUICK_TYPES:
+            return self._any_frame(direction, raw, packet_number, time_ns)
+        flags, stream_id, length = raw.flags, raw.stream_id, len(payload)
+        data_bytes, headers, settings, increment, opaque, messages = 0, None, None, None, None, ()
+        if kind == DATA:
+            if not stream_id or (flags & FLAG_PADDED and (not length or payload[0] >= length)):
+                return self._any_frame(direction, raw, packet_number, time_ns)  # DirectionDecoder.decode warns
+            data_bytes = length - payload[0] - 1 if flags & FLAG_PADDED else length
+            direction.open_streams.add(stream_id)
+            if data_bytes:
+                messages = self._grpc(direction, raw, packet_number)
+        elif kind == WINDOW_UPDATE:
+            increment = int.from_bytes(payload, "big") if length == WINDOW_UPDATE_BYTES else 0
+            if not 0 < increment <= MAX_WINDOW_INCREMENT:
+                return self._any_frame(direction, raw, packet_number, time_ns)
+        elif kind == PING:
+            if stream_id or length != PING_BYTES:
+                return self._any_frame(direction, raw, packet_number, time_ns)
+            opaque = bytes(payload).hex()
+        elif kind == SETTINGS:
+            if stream_id or length % SETTING_BYTES or (flags & FLAG_ACK and length):
+                return self._any_frame(direction, raw, packet_number, time_ns)
+            settings = tuple(_SETTING.iter_unpack(payload))
+        else:  # HEADERS, CONTINUATION
+            try:
+                headers = direction.decoder.header_block(raw)
+            except MalformedFrame as exc:
+                return self._any_frame(direction, raw, packet_number, time_ns, exc)
+            if kind == HEADERS:
+                direction.header_frames.add(stream_id)
+            if stream_id and kind == HEADERS:
+                direction.open_streams.add(stream_id)
+            if headers:
+                self._on_headers(direction, stream_id, headers)
+        if kind in (DATA, HEADERS) and flags & FLAG_END_STREAM:
+            direction.deframers.pop(stream_id, None)
+            direction.grpc_streams.discard(stream_id)
+            direction.open_streams.discard(stream_id)
+        return _make_frame(packet_number, time_ns, direction.connection.id, direction.from_client, kind, flags,
+                           stream_id, length, data_bytes, headers, settings, increment, opaque, None, None, messages,
+                           False)
+
+    def _on_headers(self, direction: _Direction, stream_id: int, headers) -> None:
+        """What a decoded header block tells: the request's path, whether the stream is gRPC."""
+        connection = direction.connection
+        direction.decoded_headers.add(stream_id)
+        # A block sent again decodes to the same tuple (DirectionDecoder keeps it): read it once.
+        facts = direction.header_facts.get(id(headers))
+        if facts is None or facts[0] is not headers:
+            fields = dict(headers)
+            # Only a direction that declared gRPC is split into gRPC messages.
+            facts = direction.header_facts[id(headers)] = (
+                headers, fields.get(":path"), ":path" in fields,
+                fields.get("content-type", "").startswith("application/grpc"))
+        _, path, has_path, grpc = facts
+        if direction.from_client and has_path:
+            connection.paths.setdefault(stream_id, path)
+        if grpc:
+            direction.grpc_streams.add(stream_id)
+            if direction.from_client:
+                connection.grpc_requests.add(stream_id)
+
+    def _any_frame(self, direction: _Direction, raw: RawFrame, packet_number: int, time_ns: int,
+                   failure: MalformedFrame | None = None) -> Http2Frame:
+        """:meth:`_frame` for every frame (``failure``: what decoding its header block raised, when
+        :meth:`_frame` did that already)."""
         connection = direction.connection
         if raw.damaged:
             details = direction.decoder.lose_frame(raw)
@@ -389,6 +479,8 @@ class _Decoder:
                 direction.deframers[raw.stream_id] = None  # its gRPC message boundaries are lost
         else:
             try:
+                if failure is not None:
+                    raise failure
                 details = direction.decoder.decode(raw)
             except MalformedFrame as exc:
                 self.warn(f"{direction.src} -> {direction.dst}, packet {packet_number}: {exc.problem}")
@@ -400,15 +492,7 @@ class _Decoder:
             direction.open_streams.add(raw.stream_id)
         if details is not None and not raw.damaged:
             if details.headers:
-                direction.decoded_headers.add(raw.stream_id)
-                headers = dict(details.headers)
-                if direction.from_client and ":path" in headers:
-                    connection.paths.setdefault(raw.stream_id, headers[":path"])
-                # Only a direction that declared gRPC is split into gRPC messages.
-                if headers.get("content-type", "").startswith("application/grpc"):
-                    direction.grpc_streams.add(raw.stream_id)
-                    if direction.from_client:
-                        connection.grpc_requests.add(raw.stream_id)
+                self._on_headers(direction, raw.stream_id, details.headers)
             if raw.type == DATA and details.data_bytes:
                 messages = self._grpc(direction, raw, packet_number)
         if (raw.type in (HEADERS, DATA) and raw.flags & FLAG_END_STREAM) or raw.type == RST_STREAM:
@@ -454,7 +538,7 @@ class _Decoder:
                     return ()
                 connection.paths[stream] = RECV_TENSOR_PATH
                 connection.grpc_requests.add(stream)
-            messages = tuple(describe_message(path, direction.from_client, *m) for m in done)
+            messages = tuple([describe_message(path, direction.from_client, *m) for m in done])
         except MalformedFrame as exc:
             direction.deframers[stream] = None
             if not guessing:
@@ -520,8 +604,8 @@ def decode(path: str | os.PathLike, server_ports: frozenset[int] | None = None, 
            fast: bool = True) -> BackendResult:
     """Decode ``path``; see the module docstring. Raises on a snaplen-cut packet.
 
-    ``fast``: read through :mod:`netcapture.fastpath` where it applies (a classic pcap, plain
-    or gzip, of a link type :mod:`netcapture.pcapindex` decodes), with the same result as the
+    ``fast``: read through :mod:`netcapture.fastpath` where it applies (a pcap or pcapng file,
+    plain or gzip, of a link type :mod:`netcapture.pcapindex` decodes), with the same result as the
     reference path (``fast=False``: scapy's reader, one packet at a time), which reads
     everything else.
     """
@@ -615,7 +699,7 @@ def _finish(decoder: _Decoder, last_number: int, last_time: int) -> DecodedSegme
                 a, _ = connection.directions
                 decoder.warn(f"{a[0]} <-> {a[1]}: not decodable as HTTP/2 (no connection preface at the start "
                              "of the captured client stream; was the capture started after the connection?)")
-    decoder.frames.sort(key=lambda item: (item[0], item[1]))
+    decoder.frames.sort(key=operator.itemgetter(0, 1))  # packet number, offset in the stream
     return DecodedSegments(
         frames=tuple(frame for _, _, frame in decoder.frames), tcp=tuple(tcp_stats), gaps=tuple(gaps),
         losses=tuple(losses), damaged_streams=frozenset(decoder.damaged_streams),

@@ -40,6 +40,8 @@ from netcapture.http2 import (
     DECODED_TYPES,
     DEFAULT_INITIAL_WINDOW_BYTES,
     DEFAULT_MAX_FRAME_BYTES,
+    FLAG_ACK,
+    FLAG_END_STREAM,
     FRAME_TYPE_NAMES,
     HEADERS,
     PING,
@@ -51,6 +53,7 @@ from netcapture.http2 import (
     WINDOW_UPDATE,
     Http2Frame,
 )
+from netcapture.records import positional_maker
 from netcapture.tcp import ConnectionId, Endpoint
 
 
@@ -257,11 +260,45 @@ class ConnectionSummary:
     skipped_frames: int  # PRIORITY, PUSH/ALTSVC and unknown types: counted, not decoded
 
 
+# The records made by the thousand: built without the frozen dataclasses' __init__ (netcapture.records).
+_make_event = positional_maker(DataFrameEvent)
+_make_sample = positional_maker(WindowSample)
+_make_update = positional_maker(WindowUpdateEvent)
+_make_record = positional_maker(StreamRecord)
+
+
 # -- streams ------------------------------------------------------------------------------
 
+def _header_facts(headers: tuple, cache: dict) -> tuple:
+    """``(headers, first :path, first content-type, whether grpc-status came, the last one as an
+    int or None)``: what :meth:`_StreamBuilder.add` takes from a header block, read once per
+    tuple (the decoder hands a block sent again as the same tuple)."""
+    facts = cache.get(id(headers))
+    if facts is not None and facts[0] is headers:
+        return facts
+    path = content_type = status = None
+    has_status = False
+    for name, value in headers:
+        if name == ":path":
+            if path is None:
+                path = value
+        elif name == "content-type":
+            if content_type is None:
+                content_type = value
+        elif name == "grpc-status":
+            has_status = True
+            try:
+                status = int(value)
+            except ValueError:
+                status = None
+    facts = cache[id(headers)] = (headers, path, content_type, has_status, status)
+    return facts
+
+
 class _StreamBuilder:
-    def __init__(self, connection: ConnectionId, stream_id: int):
+    def __init__(self, connection: ConnectionId, stream_id: int, header_facts: dict):
         self.connection, self.stream_id = connection, stream_id
+        self.header_facts = header_facts  # shared by a capture's builders (_header_facts)
         self.path = self.content_type = self.key = None
         self.step_id = None
         self.request_headers = self.request_end = self.response_headers = self.response_end = None
@@ -275,19 +312,21 @@ class _StreamBuilder:
         self.damaged = False
 
     def add(self, frame: Http2Frame) -> None:
-        time_s = frame.time_s
-        self.damaged |= frame.damaged
-        if frame.type in (HEADERS, CONTINUATION):
-            self._headers(frame, time_s)
-        elif frame.type == DATA:
+        time_s = frame.time_ns / 1e9  # Http2Frame.time_s
+        if frame.damaged:
+            self.damaged = True
+        kind = frame.type
+        if kind == DATA:
             self._data(frame, time_s)
-        elif frame.type == RST_STREAM:
+        elif kind in (HEADERS, CONTINUATION):
+            self._headers(frame, time_s)
+        elif kind == RST_STREAM:
             self.reset = frame.error_code
             if self.request_end is None:
                 self.request_end = time_s
             if self.response_end is None:
                 self.response_end = time_s
-        if frame.end_stream:
+        if kind in (DATA, HEADERS) and frame.flags & FLAG_END_STREAM:  # Http2Frame.end_stream
             if frame.from_client:
                 self.request_end = time_s
             else:
@@ -299,19 +338,20 @@ class _StreamBuilder:
                 self.request_headers = time_s
             elif not frame.from_client and self.response_headers is None:
                 self.response_headers = time_s
-        for name, value in frame.headers or ():
-            if frame.from_client and name == ":path" and self.path is None:
-                self.path = value
-            elif name == "content-type" and self.content_type is None:
-                self.content_type = value
-            elif not frame.from_client and name == "grpc-status":
-                try:
-                    self.grpc_status = int(value)
-                except ValueError:
-                    self.grpc_status = None
+        if not frame.headers:
+            return
+        # The first :path of the client, the first content-type, the server's last grpc-status.
+        _, path, content_type, has_status, status = _header_facts(frame.headers, self.header_facts)
+        if frame.from_client:
+            if self.path is None and path is not None:
+                self.path = path
+        elif has_status:
+            self.grpc_status = status
+        if self.content_type is None and content_type is not None:
+            self.content_type = content_type
 
     def _data(self, frame: Http2Frame, time_s: float) -> None:
-        event = DataFrameEvent(time_s, frame.packet_number, frame.length, frame.end_stream)
+        event = _make_event(time_s, frame.packet_number, frame.length, bool(frame.flags & FLAG_END_STREAM))
         for message in frame.grpc_messages:
             if frame.from_client:
                 self.request_message_bytes += message.length_bytes
@@ -337,22 +377,16 @@ class _StreamBuilder:
         # could not be decoded (a capture that began mid-connection).
         path = self.path if self.path is not None or self.key is None else RECV_TENSOR_PATH
         data_times = [e.time_s for e in self.response_frames if e.length_bytes]
-        return StreamRecord(
-            connection=self.connection, stream_id=self.stream_id, rpc_path=path,
-            content_type=self.content_type, rendezvous_key=self.key,
-            tensor_name=parsed.tensor_name if parsed else None, step_id=self.step_id,
-            src_device=parsed.src_device if parsed else None, dst_device=parsed.dst_device if parsed else None,
-            request_headers_time_s=self.request_headers, request_end_time_s=self.request_end,
-            response_headers_time_s=self.response_headers,
-            response_first_data_time_s=data_times[0] if data_times else None,
-            response_last_data_time_s=data_times[-1] if data_times else None,
-            response_end_time_s=self.response_end,
-            request_data_bytes=self.request_data, response_data_bytes=self.response_data,
-            request_message_bytes=self.request_message_bytes, response_message_bytes=self.response_message_bytes,
-            request_messages=self.request_messages, response_messages=self.response_messages,
-            tensor_content_bytes=self.tensor_content, grpc_status=self.grpc_status, reset_error_code=self.reset,
-            request_frames=tuple(self.request_frames), response_frames=tuple(self.response_frames),
-            damaged=self.damaged or bool(self.request_frames and self.request_headers is None)
+        return _make_record(
+            self.connection, self.stream_id, path, self.content_type, self.key,
+            parsed.tensor_name if parsed else None, self.step_id,
+            parsed.src_device if parsed else None, parsed.dst_device if parsed else None,
+            self.request_headers, self.request_end, self.response_headers,
+            data_times[0] if data_times else None, data_times[-1] if data_times else None, self.response_end,
+            self.request_data, self.response_data, self.request_message_bytes, self.response_message_bytes,
+            self.request_messages, self.response_messages, self.tensor_content, self.grpc_status, self.reset,
+            tuple(self.request_frames), tuple(self.response_frames),
+            self.damaged or bool(self.request_frames and self.request_headers is None)
             or bool(self.response_frames and self.response_headers is None),
         )
 
@@ -365,15 +399,23 @@ def build_streams(frames: Iterable[Http2Frame], damaged: Collection[tuple[Connec
     show (whole frames the capture lost); their records are marked damaged.
     """
     builders: dict[tuple[ConnectionId, int], _StreamBuilder] = {}
+    facts: dict[int, tuple] = {}
     for key in damaged:
-        builders.setdefault(key, _StreamBuilder(*key)).damaged = True
+        builders.setdefault(key, _StreamBuilder(*key, facts)).damaged = True
+    # A connection's frames share its id object: look builders up by its identity first (a
+    # ConnectionId hashes its five fields on every look-up).
+    by_identity: dict[tuple[int, int], _StreamBuilder] = {}
     for frame in frames:
-        if frame.stream_id == 0:
+        stream_id = frame.stream_id
+        if stream_id == 0:
             continue
-        key = (frame.connection, frame.stream_id)
-        builder = builders.get(key)
+        builder = by_identity.get((id(frame.connection), stream_id))
         if builder is None:
-            builder = builders[key] = _StreamBuilder(frame.connection, frame.stream_id)
+            key = (frame.connection, stream_id)
+            builder = builders.get(key)
+            if builder is None:
+                builder = builders[key] = _StreamBuilder(frame.connection, stream_id, facts)
+            by_identity[(id(frame.connection), stream_id)] = builder
         builder.add(frame)
     return tuple(b.record() for b in builders.values())
 
@@ -395,41 +437,6 @@ class _FlowBuilder:
         self.closed: set[int] = set()
         self.data_frames = self.data_bytes = 0
 
-    def add(self, frame: Http2Frame) -> None:
-        from_receiver = frame.from_client != self.data_from_client
-        time_s, number = frame.time_s, frame.packet_number
-        if frame.stream_id and frame.stream_id not in self.streams and frame.type in DECODED_TYPES:
-            self.streams[frame.stream_id] = self.initial
-            self.stream_windows.append(WindowSample(time_s, number, frame.stream_id, self.initial, "open"))
-        if frame.type == PING:
-            self.pings.append(PingEvent(time_s, number, from_receiver, frame.ack, frame.ping_opaque or ""))
-        elif frame.type == SETTINGS:
-            if from_receiver and not frame.ack:
-                self._settings(frame, time_s, number)
-            elif not from_receiver and frame.ack:
-                self.acks.append(time_s)
-        elif frame.type == WINDOW_UPDATE and from_receiver:
-            increment = frame.window_increment or 0
-            self.updates.append(WindowUpdateEvent(time_s, number, frame.stream_id, increment))
-            if frame.stream_id == 0:
-                self.window += increment
-                self.connection_window.append(WindowSample(time_s, number, 0, self.window, "window_update"))
-            elif frame.stream_id in self.streams:
-                self.streams[frame.stream_id] += increment
-                self.stream_windows.append(
-                    WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "window_update"))
-        elif frame.type == DATA and not from_receiver:
-            self.data_frames += 1
-            self.data_bytes += frame.length
-            self.window -= frame.length
-            self.connection_window.append(WindowSample(time_s, number, 0, self.window, "data"))
-            if frame.stream_id in self.streams:  # not so for DATA on stream 0, a protocol error
-                self.streams[frame.stream_id] -= frame.length
-                self.stream_windows.append(
-                    WindowSample(time_s, number, frame.stream_id, self.streams[frame.stream_id], "data"))
-        if (frame.type in (DATA, HEADERS) and frame.end_stream and not from_receiver) or frame.type == RST_STREAM:
-            self.closed.add(frame.stream_id)
-
     def _settings(self, frame: Http2Frame, time_s: float, number: int) -> None:
         for setting_id, value in frame.settings or ():
             self.settings.append(SettingChange(time_s, number, setting_id, value))
@@ -440,7 +447,7 @@ class _FlowBuilder:
                         continue
                     self.streams[stream_id] += delta
                     self.stream_windows.append(
-                        WindowSample(time_s, number, stream_id, self.streams[stream_id], "settings"))
+                        _make_sample(time_s, number, stream_id, self.streams[stream_id], "settings"))
 
     def timeline(self) -> FlowControlTimeline:
         """The direction's flow-control events as an immutable :class:`FlowControlTimeline`."""
@@ -451,27 +458,86 @@ class _FlowBuilder:
 
 
 def build_flow_control(frames: Iterable[Http2Frame]) -> tuple[FlowControlTimeline, ...]:
-    """Two :class:`FlowControlTimeline` per connection (client's data, then server's data)."""
+    """Two :class:`FlowControlTimeline` per connection (client's data, then server's data).
+
+    Each frame is looked at once, for both directions' builders: the direction whose data the
+    frame's sender sends (``mine``: its DATA, its acknowledgements of SETTINGS, its streams'
+    ends) and the other (``theirs``: the frame comes from its receiver, whose WINDOW_UPDATEs
+    and SETTINGS rule it). Both open a stream at the same frame.
+    """
     builders: dict[ConnectionId, tuple[_FlowBuilder, _FlowBuilder]] = {}
+    by_identity: dict[int, tuple[_FlowBuilder, _FlowBuilder]] = {}  # a connection's frames share its id object
     for frame in frames:
-        pair = builders.get(frame.connection)  # one look-up a frame: a ConnectionId hashes its five fields
+        connection = frame.connection
+        pair = by_identity.get(id(connection))
         if pair is None:
-            pair = builders[frame.connection] = (_FlowBuilder(frame.connection, True),
-                                                 _FlowBuilder(frame.connection, False))
-        pair[0].add(frame)
-        pair[1].add(frame)
+            pair = builders.get(connection)  # one look-up a frame: a ConnectionId hashes its five fields
+            if pair is None:
+                pair = builders[connection] = (_FlowBuilder(connection, True), _FlowBuilder(connection, False))
+            by_identity[id(connection)] = pair
+        client_data, server_data = pair
+        mine, theirs = (client_data, server_data) if frame.from_client else (server_data, client_data)
+        kind, stream_id, number = frame.type, frame.stream_id, frame.packet_number
+        time_s = frame.time_ns / 1e9  # Http2Frame.time_s
+        if stream_id and kind in DECODED_TYPES and stream_id not in client_data.streams:
+            for builder in pair:  # both builders know the same streams
+                builder.streams[stream_id] = builder.initial
+                builder.stream_windows.append(_make_sample(time_s, number, stream_id, builder.initial, "open"))
+        if kind == DATA:
+            length = frame.length
+            mine.data_frames += 1
+            mine.data_bytes += length
+            mine.window -= length
+            mine.connection_window.append(_make_sample(time_s, number, 0, mine.window, "data"))
+            streams = mine.streams
+            if stream_id in streams:  # not so for DATA on stream 0, a protocol error
+                streams[stream_id] -= length
+                mine.stream_windows.append(_make_sample(time_s, number, stream_id, streams[stream_id], "data"))
+            if frame.flags & FLAG_END_STREAM:
+                mine.closed.add(stream_id)
+        elif kind == WINDOW_UPDATE:
+            increment = frame.window_increment or 0
+            theirs.updates.append(_make_update(time_s, number, stream_id, increment))
+            if stream_id == 0:
+                theirs.window += increment
+                theirs.connection_window.append(_make_sample(time_s, number, 0, theirs.window, "window_update"))
+            elif stream_id in theirs.streams:
+                streams = theirs.streams
+                streams[stream_id] += increment
+                theirs.stream_windows.append(
+                    _make_sample(time_s, number, stream_id, streams[stream_id], "window_update"))
+        elif kind == HEADERS:
+            if frame.flags & FLAG_END_STREAM:
+                mine.closed.add(stream_id)
+        elif kind == PING:
+            ack, opaque = bool(frame.flags & FLAG_ACK), frame.ping_opaque or ""
+            client_data.pings.append(PingEvent(time_s, number, client_data is theirs, ack, opaque))
+            server_data.pings.append(PingEvent(time_s, number, server_data is theirs, ack, opaque))
+        elif kind == SETTINGS:
+            if frame.flags & FLAG_ACK:
+                mine.acks.append(time_s)
+            else:
+                theirs._settings(frame, time_s, number)
+        elif kind == RST_STREAM:
+            client_data.closed.add(stream_id)
+            server_data.closed.add(stream_id)
     return tuple(builder.timeline() for pair in builders.values() for builder in pair)
 
 
 def summarise_connections(frames: Iterable[Http2Frame]) -> tuple[ConnectionSummary, ...]:
     """Per connection: its first and last frame time and its frame counts by type."""
     seen: dict[ConnectionId, list] = {}  # connection -> [first time_ns, last time_ns, {frame type: count}]
+    by_identity: dict[int, list] = {}  # as in build_streams
     for frame in frames:
-        entry = seen.get(frame.connection)
+        entry = by_identity.get(id(frame.connection))
         time_ns = frame.time_ns
         if entry is None:
-            seen[frame.connection] = [time_ns, time_ns, {frame.type: 1}]
-            continue
+            entry = seen.get(frame.connection)
+            if entry is None:
+                entry = seen[frame.connection] = [time_ns, time_ns, {frame.type: 1}]
+                by_identity[id(frame.connection)] = entry
+                continue
+            by_identity[id(frame.connection)] = entry
         if time_ns < entry[0]:
             entry[0] = time_ns
         elif time_ns > entry[1]:
