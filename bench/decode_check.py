@@ -7,9 +7,11 @@ and message) between two decoders:
 - ``--paths`` (default): the fast path (:mod:`netcapture.fastpath`) against the reference
   path (``scapy_backend.decode(..., fast=False)``: scapy's streaming reader, the ``struct``
   header decoder, one packet at a time) in this process;
-- ``--save DIR``: write the results of the ``netcapture`` on ``PYTHONPATH`` (e.g. a checkout of
-  an older commit) to ``DIR``; ``--against DIR``: compare this checkout's default decoder with
-  them.
+- ``--save DIR``: write this checkout's results to ``DIR`` (run another checkout's copy of this
+  script, e.g. a worktree of an older commit, to save its); ``--against DIR``: compare this
+  checkout's default decoder with them. The checkout's root and the cases' directory are
+  compared as ``<tree>`` and ``<work>`` (:func:`portable`), so results of two checkouts, or
+  of two ``--work`` directories, compare alike.
 
 The cases: every bundled capture as bundled (gzip), decompressed, and decompressed without
 server ports (connections found by their preface); damaged copies of two of them
@@ -192,16 +194,24 @@ def build_cases(work: Path) -> list[Case]:
     return cases
 
 
-def outcome(case: Case, decode) -> tuple[str, object]:
-    """``(digest, what)`` of one decode: ``what`` is the capture, or the error's text."""
+def portable(text: str, work: Path) -> str:
+    """``text`` with this checkout's root and the cases' directory written as ``<tree>`` and
+    ``<work>``: a capture's records name the file they came from, and results saved by one
+    checkout (``--save``) are compared with another's (``--against``)."""
+    return text.replace(str(work), "<work>").replace(str(ROOT), "<tree>")
+
+
+def outcome(case: Case, decode, work: Path) -> tuple[str, object]:
+    """``(digest, what)`` of one decode: ``what`` is the capture, or the error's text; the
+    digest is of its :func:`portable` text."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             capture = decode(case)
         except Exception as exc:
             what: object = f"{type(exc).__name__}: {exc}"
-            return hashlib.sha256(str(what).encode()).hexdigest(), what
-    return hashlib.sha256(repr(capture).encode()).hexdigest(), capture
+            return hashlib.sha256(portable(str(what), work).encode()).hexdigest(), what
+    return hashlib.sha256(portable(repr(capture), work).encode()).hexdigest(), capture
 
 
 def _default(case: Case):
@@ -263,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             args.save.mkdir(parents=True, exist_ok=True)
             index = {}
             for i, case in enumerate(cases):
-                digest, what = outcome(case, _default)
+                digest, what = outcome(case, _default, work)
                 index[case.name] = digest
                 (args.save / f"{i}.pickle").write_bytes(pickle.dumps((case.name, what)))
                 print(f"{case.name:45s} {digest[:12]}")
@@ -277,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 name, what = pickle.loads(file.read_bytes())
                 pickles[name] = what
         for case in cases:
-            digest, what = outcome(case, _default)
+            digest, what = outcome(case, _default, work)
             if args.against:
                 if case.name not in saved:
                     print(f"{case.name:45s} no saved result")
@@ -285,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 expected_digest, expected = saved[case.name], pickles[case.name]
             else:
-                expected_digest, expected = outcome(case, _reference)
+                expected_digest, expected = outcome(case, _reference, work)
             same = digest == expected_digest
             failures += not same
             note = "" if same else describe_difference(expected, what)
