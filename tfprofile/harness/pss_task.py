@@ -10,7 +10,8 @@ Run by :mod:`tfprofile.harness.task` when the spec's ``api`` is ``tf2-pss`` (doc
 - The **coordinator** (the cluster's ``chief``) builds the model under
   ``strategy.scope()``, schedules warm-up steps, then starts a profiler trace of every PS and
   worker task (``tf.profiler.experimental.client.trace``) and schedules the measured steps
-  while it runs. It writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
+  while it runs (the first ``traced_steps`` of them; the rest once the trace has ended). It
+  writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
   task), ``graphs/*.pbtxt.gz`` (the partition graphs), ``variables.json``, ``tensors.json``
   (the size of every tensor of the training function, which the traces do not record),
   per-worker step times and ``versions.json``.
@@ -226,11 +227,25 @@ def run_coordinator(spec: dict) -> int:
 
     warmup, measured = spec["warmup_steps"], spec["steps"]
     total = warmup + measured
+    # The first traced_steps measured steps run while the trace does; the others only once it has
+    # ended, untraced. With none (a run that needs no profile, such as the lab's measuring runs)
+    # the trace covers the warm-up's later steps instead (the first compiles the step function):
+    # a profiler trace without any step is an error.
+    traced_count = int(spec.get("traced_steps", measured))
+    traced_warmup = max(0, warmup - 1) if traced_count == 0 else 0
     done = 0
-    for _ in range(warmup):
-        coordinator.schedule(step, args=(indices,)).fetch()
-        done += 1
-        emit_progress("step", step=done, total=total, wall_s=0.0, traced=0)
+
+    def warm_up(count: int) -> None:
+        # A warm-up step is one round of one step per worker, so that every worker has built the
+        # step function before the measured steps (a closure goes to whichever worker is free).
+        nonlocal done
+        for _ in range(count):
+            for remote in [coordinator.schedule(step, args=(indices,)) for _ in spec["cluster"]["worker"]]:
+                remote.fetch()
+            done += 1
+            emit_progress("step", step=done, total=total, wall_s=0.0, traced=0)
+
+    warm_up(warmup - traced_warmup)
     with open(out / "variables.json", "w", encoding="utf-8") as handle:
         json.dump({"format": "tfsim.variables/1",
                    "variables": _variables_table([(v, True) for v in trainable] + [(global_step, False)])},
@@ -238,27 +253,41 @@ def run_coordinator(spec: dict) -> int:
     emit_progress("initialized")
 
     ports = {label: port for label, port in spec["profiler_ports"].items() if not label.startswith("coordinator")}
-    service = ",".join(f"grpc://127.0.0.1:{port}" for port in ports.values())
+    hosts = spec.get("profiler_hosts") or {}
+    service = ",".join(f"grpc://{hosts.get(label, '127.0.0.1')}:{port}" for label, port in ports.items())
     logdir = out / "profiler"
     trace_window = {}
 
     def trace():
         trace_window["start"] = time.time()
-        tf.profiler.experimental.client.trace(service, str(logdir), duration_ms=spec["trace_ms"])
+        try:
+            tf.profiler.experimental.client.trace(service, str(logdir), duration_ms=spec["trace_ms"])
+        except Exception as exc:  # the profiler's own error, raised again in the coordinator's thread
+            trace_window["error"] = exc
         trace_window["end"] = time.time()
 
     tracer = threading.Thread(target=trace, daemon=True)
     tracer.start()
     time.sleep(TRACE_START_S)
-    scheduled = [coordinator.schedule(step, args=(indices,)) for _ in range(measured)]
     results = []
-    for remote in scheduled:
-        worker, began, ended = (float(x) for x in remote.fetch())
-        results.append((int(worker), began, ended))
-        done += 1
-        emit_progress("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+
+    def run(count: int) -> None:
+        nonlocal done
+        scheduled = [coordinator.schedule(step, args=(indices,)) for _ in range(count)]
+        for remote in scheduled:
+            worker, began, ended = (float(x) for x in remote.fetch())
+            results.append((int(worker), began, ended))
+            done += 1
+            emit_progress("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+
+    warm_up(traced_warmup)
+    run(traced_count)
     coordinator.join()
     tracer.join()
+    if "error" in trace_window:
+        raise RuntimeError(f"the profiler trace failed: {trace_window['error']}")
+    run(measured - traced_count)
+    coordinator.join()
 
     traced = _keep_traces(logdir, out, ports)
     shutil.rmtree(logdir, ignore_errors=True)
