@@ -18,7 +18,7 @@ import numpy as np
 from simulate.cluster import ClusterModel
 from simulate.config import SimConfig, Transfer, host_model
 from tfbase.errors import UsageError
-from tfprofile.dag import Profile, Resource
+from tfprofile.dag import DISPATCH_OP, Profile, Resource
 
 MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
 
@@ -33,7 +33,8 @@ def scale_computation(profile: Profile, factor: float) -> Profile:
     worker's alone; docs/model.md §6)."""
     if not (0 < factor <= MAX_SCALE):
         raise ValueError(f"a one-worker correction factor must be in (0, {MAX_SCALE:g}], not {factor}")
-    compute = profile.graph.resource == Resource.WORKER
+    # A tf2-pss profile's coordinator dispatch is measured between untraced steps: not tracing's cost.
+    compute = (profile.graph.resource == Resource.WORKER) & (profile.graph.op_type != DISPATCH_OP)
     duration = profile.duration_s.copy()
     duration[:, compute] *= factor
     meta = {**profile.meta, "computation_scale": factor * profile.meta.get("computation_scale", 1.0)}

@@ -20,7 +20,8 @@ A model is the same function as for TF1 (``f(options) -> (loss, batch_size)``, w
 ``tf.compat.v1`` ops on its own synthetic input). Wrapped in ``tf.compat.v1.make_template``,
 its first call, eager and under the strategy's scope, creates the variables on the PS tasks;
 every later call, inside the ``tf.function`` step, reuses them. The step is plain SGD, like
-the TF1 job's: ``v.assign_sub(learning_rate * gradient)`` for each trainable variable.
+the TF1 job's: ``v.assign_sub(learning_rate * gradient)`` for each trainable variable, or
+``v.scatter_sub`` of the scaled rows for a sparse gradient (``IndexedSlices``, an embedding's).
 
 Each step returns the worker's index (from a per-worker dataset: its input pipeline id)
 and ``tf.timestamp()`` taken before the model and after the updates, so that the step times
@@ -210,13 +211,21 @@ def run_coordinator(spec: dict) -> int:
 
     indices = iter(coordinator.create_per_worker_dataset(worker_index))
 
+    def update(variable, gradient):
+        # A sparse gradient (an embedding lookup's IndexedSlices: rows and their indices) updates
+        # only its rows, with a scatter on the variable's PS, as a TF1 optimizer applies it.
+        if isinstance(gradient, tf.IndexedSlices):
+            return variable.scatter_sub(tf.IndexedSlices(learning_rate * gradient.values, gradient.indices,
+                                                         gradient.dense_shape))
+        return variable.assign_sub(learning_rate * gradient)
+
     def train_step(iterator):
         worker = next(iterator)
         began = tf.timestamp()
         with tf.control_dependencies([began]), tf.GradientTape() as tape:
             loss = forward()
         gradients = tape.gradient(loss, trainable)
-        updates = [v.assign_sub(learning_rate * g) for v, g in zip(trainable, gradients)]
+        updates = [update(v, g) for v, g in zip(trainable, gradients)]
         updates.append(global_step.assign_add(1))
         with tf.control_dependencies(updates):
             ended = tf.timestamp()

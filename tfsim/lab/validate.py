@@ -266,10 +266,20 @@ def untraced_step_s(run_dir: Path) -> float | None:
 
     The mean, not the median: throughput follows the mean step, and a host under a CPU quota
     has a tail of steps that met a throttled period (at 0.5 core, tiny with batch 512: a
-    median of 111 ms, a mean of 120 ms)."""
+    median of 111 ms, a mean of 120 ms). A tf2-pss run's step times are the worker's own span,
+    without the coordinator's dispatch before it, which its profile models as an op
+    (:func:`tfprofile.pssrun.dispatch_gap_s`): there the step is the time from one untraced
+    step's start to the next one's."""
 
     with open(run_dir / "step_times.csv", newline="") as handle:
-        walls = [float(r["wall_s"]) for r in csv.DictReader(handle) if r["measured"] == "1" and r["traced"] == "0"]
+        rows = [r for r in csv.DictReader(handle) if r["measured"] == "1"]
+    if json.loads((run_dir / "run.json").read_text()).get("config", {}).get("api") == "tf2-pss":
+        rows.sort(key=lambda r: (int(r["worker"]), int(r["step"])))
+        walls = [float(b["start_unix_s"]) - float(a["start_unix_s"]) for a, b in zip(rows, rows[1:])
+                 if a["worker"] == b["worker"] and int(b["step"]) == int(a["step"]) + 1
+                 and a["traced"] == b["traced"] == "0"]
+    else:
+        walls = [float(r["wall_s"]) for r in rows if r["traced"] == "0"]
     return float(sum(walls) / len(walls)) if walls else None
 
 
