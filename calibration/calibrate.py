@@ -336,8 +336,8 @@ def _busy_rate(steps: dict[str, list[tuple[int, float]]]) -> dict:
     ``steps`` from :func:`_busy_steps`.
 
     For each traced step, the bytes of all the direction's streams over the time from the
-    first large stream's send-ready time to the last DATA frame (the link is backlogged in
-    between: streams queue behind each other); the median over the steps. Unlike iperf3's
+    first large stream's send-ready time to the last DATA frame of a stream with payload (the
+    link is backlogged in between: streams queue behind each other); the median over the steps. Unlike iperf3's
     bulk flow, it includes what a training job's traffic pays on this link: TCP restarting
     from a small window after each idle phase, losses at the shaper, the sender's pauses.
     Steps in ``incomplete`` (a stream of theirs unusable) are left out: with a stream missing
@@ -360,7 +360,10 @@ def _busy_steps(samples: list[StreamSample], incomplete: set[tuple[str, str]]) -
             big = [s.send_ready_s for s in streams if s.size_bytes >= MIN_STREAM_BYTES]
             total = sum(s.size_bytes for s in streams)
             if big and total >= MIN_BUSY_BYTES:
-                span = max(s.last_data_s for s in streams) - min(big)
+                # A stream without payload (a control edge's empty tensor) does not keep the link
+                # busy: a tf2-pss step's last downlink stream is one, sent after the uplink's
+                # updates, and would stretch the span over the whole step (docs/calibration.md §2.9).
+                span = max(s.last_data_s for s in streams if s.size_bytes > 0) - min(big)
                 if span > 0:
                     out[direction].append((total, span))
     return out

@@ -100,7 +100,7 @@ def test_the_coordinator_s_dispatch_is_op_0_and_starts_every_step(pss_profile):
 
 def test_the_dispatch_brings_the_one_worker_prediction_near_the_run(pss_profile):
     """The bundled run did 590 examples/s (its measured steps' mean start-to-start time); with
-    the bundled calibration its profile predicts 854 without the dispatch (+45%), 535 with it (-9%)."""
+    the bundled calibration its profile predicts 1039 without the dispatch (+76%), 599 with it (+1.5%)."""
     import csv
 
     from simulate import load_cluster, predict
@@ -119,8 +119,8 @@ def test_the_dispatch_brings_the_one_worker_prediction_near_the_run(pss_profile)
         frame = predict(profile, cluster, workers=[1], transfer="grpc", steps=100, warmup=20, jobs=1)
         return float(frame["throughput_eps"].iloc[0])
 
-    assert one_worker(without) / measured - 1 > 0.4
-    assert abs(one_worker(pss_profile) / measured - 1) < 0.12
+    assert one_worker(without) / measured - 1 > 0.6
+    assert abs(one_worker(pss_profile) / measured - 1) < 0.05
 
 
 def dataclasses_without_dispatch(profile):
