@@ -39,6 +39,29 @@ def test_a_tf2_pss_setting_is_checked():
         LabSetting("t", "tiny", 32, 100_000_000, api="tf2-pss", timeline=True)
 
 
+def test_traced_steps_is_checked(tmp_path):
+    from tfprofile.harness.launcher import CollectConfig, TrainingApi
+
+    pss = {"out_dir": tmp_path, "api": TrainingApi.TF2_PSS, "steps": 10}
+    assert CollectConfig(**pss, traced_steps=5).traced_steps == 5
+    with pytest.raises(UsageError, match="from 0 to the 10 measured steps"):
+        CollectConfig(**pss, traced_steps=11)
+    with pytest.raises(UsageError, match="at least 2 warm-up steps"):
+        CollectConfig(**pss, traced_steps=0, warmup_steps=1)
+    with pytest.raises(UsageError, match="tf2-pss"):
+        CollectConfig(out_dir=tmp_path, steps=10, traced_steps=5)
+
+
+def test_a_tf2_pss_job_on_given_hosts_names_the_coordinator_last(tmp_path):
+    """One host, command prefix and wrapper per task, the coordinator's last: a list one short is refused."""
+    from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
+
+    config = CollectConfig(out_dir=tmp_path / "run", api=TrainingApi.TF2_PSS, workers=2)
+    with pytest.raises(UsageError, match=r"one wrapper per task \(4, the coordinator last\)"):
+        collect(config, progress=False, hosts=["10.0.0.1", "10.0.0.2", "10.0.0.3"])
+    assert not (tmp_path / "run").exists() and not (tmp_path / "run.incomplete").exists()
+
+
 @needs_root
 @pytest.mark.tensorflow
 def test_tf2_pss_lab_end_to_end(tmp_path):

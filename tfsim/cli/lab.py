@@ -55,7 +55,9 @@ def register(sub) -> None:
     job.add_argument("--batch", type=positive_int, default=32, help="batch size per worker (default: 32)")
     p.add_argument("--api", choices=("tf1", "tf2-pss"), default="tf1",
                    help="how the jobs train, as tfsim collect --api: tf1 graph mode, or tf2-pss, TensorFlow 2's "
-                        "ParameterServerStrategy, whose coordinator runs on one more emulated host (default: tf1)")
+                        "ParameterServerStrategy, whose coordinator runs on one more emulated host (default: tf1, or "
+                        "a settings file's api; tf2-pss with --preset or --settings applies to every setting and "
+                        "appends -tf2-pss to its name)")
     job.add_argument("--rate", default="1gbit", help="link rates, comma-separated (default: 1gbit)")
     job.add_argument("--workers", default="1-4", help="worker counts to measure (default: 1-4)")
     job.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default: 1)")
