@@ -127,37 +127,61 @@ def _op_variables(graph, variables) -> dict[str, str]:
     return {op.name: captured[t.op.name] for op in graph.get_operations() for t in op.inputs if t.op.name in captured}
 
 
-def _keep_partition_graphs(dump_dir: Path, out: Path) -> list[str]:
-    """Copy the final partition graphs of the step function from TensorFlow's dump into ``out/graphs``."""
-    found = sorted(p for p in dump_dir.glob(f"*{STEP_FUNCTION}*_partition_*{FINAL_PARTITION_STAGE}.pbtxt"))
+PARTITION_GLOB = f"*{STEP_FUNCTION}*_partition_*{FINAL_PARTITION_STAGE}.pbtxt"
+
+
+def _local_partition_graphs(dump_dir: Path) -> dict[str, bytes]:
+    """The dumped final partition graphs of the step function in ``dump_dir`` on this host: name -> text."""
+    return {p.name: p.read_bytes() for p in dump_dir.glob(PARTITION_GLOB)}
+
+
+def _remote_partition_graphs(tf, dump_dir: str, device: str) -> dict[str, bytes]:
+    """The same, read on another task's host (worker 0's, when every task has a host of its own)
+    by ops placed on that task's ``device``."""
+    with tf.device(device):
+        names = [n.decode() for n in tf.io.matching_files(f"{dump_dir}/{PARTITION_GLOB}").numpy()]
+        return {os.path.basename(n): tf.io.read_file(n).numpy() for n in names}
+
+
+def _keep_partition_graphs(found: dict[str, bytes], dump_dir: str, out: Path) -> list[str]:
+    """Write the final partition graphs of the step function (``found``: name -> text, from
+    TensorFlow's dump in ``dump_dir``) into ``out/graphs``."""
     if not found:
         raise RuntimeError(f"TensorFlow dumped no partition graph of {STEP_FUNCTION} into {dump_dir}")
     # One instantiation per function; should TensorFlow retrace, the latest dump (highest id) is the one that ran.
-    latest = max(p.name.split("_partition_")[0] for p in found)
+    latest = max(n.split("_partition_")[0] for n in found)
     (out / "graphs").mkdir(exist_ok=True)
     names = []
-    for p in found:
-        if p.name.split("_partition_")[0] != latest:
+    for dumped in sorted(found):
+        if dumped.split("_partition_")[0] != latest:
             continue
-        device = p.name.split("_partition_")[1].split(".")[0]
+        device = dumped.split("_partition_")[1].split(".")[0]
         name = device.strip("_").replace(":", "_").replace("/", "_") + ".pbtxt.gz"
-        (out / "graphs" / name).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
+        (out / "graphs" / name).write_bytes(gzip.compress(found[dumped], mtime=0))
         names.append(name)
     return names
 
 
-def _keep_traces(logdir: Path, out: Path, ports: dict[str, int]) -> list[str]:
-    """Move the profiler's ``<host>_<port>.xplane.pb`` files to ``out/trace/<task>.xplane.pb.gz``."""
-    by_port = {str(port): label for label, port in ports.items()}
+def _keep_traces(logdir: Path, out: Path, ports: dict[str, int], hosts: dict[str, str]) -> list[str]:
+    """Move the profiler's ``<host>_<port>.xplane.pb`` files to ``out/trace/<task>.xplane.pb.gz``
+    (by host and port: tasks on hosts of their own may all have the same port)."""
+    wanted = {f"{hosts.get(label, '127.0.0.1')}_{port}": label for label, port in ports.items()}
+    ports_of = [key.rpartition("_")[2] for key in wanted]
     names = []
     for p in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
-        port = p.name[: -len(".xplane.pb")].rpartition("_")[2]
-        if port in by_port:
-            name = f"{by_port.pop(port)}.xplane.pb.gz"
+        key = p.name[: -len(".xplane.pb")]
+        if key not in wanted:  # a host the profiler names otherwise: its port alone, if no other task has it
+            port = key.rpartition("_")[2]
+            same = [k for k in wanted if k.rpartition("_")[2] == port]
+            key = same[0] if len(same) == 1 and ports_of.count(port) == 1 else key
+        if key in wanted:
+            name = f"{wanted.pop(key)}.xplane.pb.gz"
             (out / "trace" / name).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
             names.append(name)
-    if by_port:
-        raise RuntimeError(f"the profiler returned no trace of {', '.join(sorted(by_port.values()))}")
+    if wanted:
+        found = ", ".join(sorted(p.name for p in logdir.glob("plugins/profile/*/*.xplane.pb"))) or "none"
+        raise RuntimeError(f"the profiler returned no trace of {', '.join(sorted(wanted.values()))} "
+                           f"(its files: {found})")
     return names
 
 
@@ -298,9 +322,12 @@ def run_coordinator(spec: dict) -> int:
     run(measured - traced_count)
     coordinator.join()
 
-    traced = _keep_traces(logdir, out, ports)
+    traced = _keep_traces(logdir, out, ports, hosts)
     shutil.rmtree(logdir, ignore_errors=True)
-    graphs = _keep_partition_graphs(Path(spec["graph_dump_dir"]), out)
+    dump_dir = spec["graph_dump_dir"]
+    found = (_remote_partition_graphs(tf, dump_dir, spec["graph_dump_device"]) if spec.get("graph_dump_device")
+             else _local_partition_graphs(Path(dump_dir)))
+    graphs = _keep_partition_graphs(found, dump_dir, out)
     graph = step.get_concrete_function(indices).graph
     with open(out / "tensors.json", "w", encoding="utf-8") as handle:
         json.dump({"format": "tfsim.tensors/1", "function": STEP_FUNCTION, "tensors": _tensor_sizes(graph),
@@ -322,5 +349,10 @@ def run_coordinator(spec: dict) -> int:
                 "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
                 "traces": traced, "graphs": graphs}
     (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
+    # With a host per task, each server's tfsim collect waits for a file on its own host that says
+    # the job is over: written there by an op placed on that task.
+    for device, path in spec.get("done_files", {}).items():
+        with tf.device(device):
+            tf.io.write_file(path, "done")
     emit_progress("finished", batch_size=int(batch_size[0]))
     return 0
