@@ -75,7 +75,8 @@ def _step_statistic_s(profile: Profile, cluster: ClusterModel, config: SimConfig
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,
                           transfer: Transfer | None = None, iterations: int = 30, colocation=None,
-                          cores: float | None = None, statistic: str = "median") -> float:
+                          cores: float | None = None, statistic: str = "median", steps: int = 80,
+                          warmup: int | None = None) -> float:
     """The factor for :func:`scale_computation` that makes the model's one-worker step time
     ``untraced_step_s``, in either direction (bisection; the step time grows with the factor).
 
@@ -86,10 +87,13 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
     longer); :data:`MAX_SCALE` when even that much computation is too fast. ``colocation``
     and ``cores``: the hosts the one-worker run had (as :func:`simulate.predict` takes them);
     ``statistic``: match the model's median or mean step time (the mean when ``untraced_step_s``
-    is a mean: it is what throughput follows).
+    is a mean: it is what throughput follows). ``steps``/``warmup``: the simulated run the fit
+    matches (as :func:`one_worker_step_s`); a profile whose traced steps differ widely (some met
+    a throttled CPU quota) gives a mean that moves with the steps sampled, so fit over as many
+    as the prediction simulates.
     """
     transfer = transfer or Transfer(cluster.default_transfer)
-    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic}
+    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic, "steps": steps, "warmup": warmup}
     low, high = 0.0, 1.0
     if one_worker_step_s(profile, cluster, transfer, **hosts) < untraced_step_s:
         low, high = 1.0, MAX_SCALE

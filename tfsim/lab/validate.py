@@ -470,7 +470,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     cluster = load_cluster(out_dir / "CLUSTER.json")
     hosts = simulated_hosts(setting)
     target = untraced_step_s(run_dir)
-    scale = fit_computation_scale(profile, cluster, target, statistic="mean", **hosts) if target else 1.0
+    # Fitted over the run the prediction simulates: the mean of a few dozen sampled steps moves
+    # with the sample where the traced steps differ widely (a tf2-pss profile under a quota of a
+    # third of a core: 18-72 ms; 80 steps gave a mean 17% below 400 steps').
+    scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=predict_steps,
+                                  warmup=min(50, predict_steps // 5), **hosts) if target else 1.0
     profile = scale_computation(profile, scale)
     _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
          f"({target * 1e3 if target else float('nan'):.1f} ms): tracing's own cost")
