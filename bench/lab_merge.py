@@ -37,4 +37,4 @@ def main(out_dir: Path, run_dirs: list[Path], label: str) -> None:
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         sys.exit(__doc__.strip().splitlines()[1])
-    main(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]], label=Path(sys.argv[1]).name)
+    main(Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]], label=Path(sys.argv[1]).resolve().name)
