@@ -73,7 +73,7 @@ from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
 from tfbase.errors import InputError, RunDirError, TraceWarning, UsageError
 from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
-from tfprofile.rundir import open_run_dir, profile_from_run_dir, traced_steps
+from tfprofile.rundir import TF2_PSS_API, open_run_dir, profile_from_run_dir, run_api, traced_steps
 
 DIRECTIONS = ("downlink", "uplink")
 MIN_STREAM_BYTES = 100_000
@@ -336,8 +336,9 @@ def _busy_rate(steps: dict[str, list[tuple[int, float]]]) -> dict:
     ``steps`` from :func:`_busy_steps`.
 
     For each traced step, the bytes of all the direction's streams over the time from the
-    first large stream's send-ready time to the last DATA frame (the link is backlogged in
-    between: streams queue behind each other); the median over the steps. Unlike iperf3's
+    first large stream's send-ready time to the last DATA frame (of a stream with payload, in a
+    tf2-pss run; the link is backlogged in between: streams queue behind each other); the
+    median over the steps. Unlike iperf3's
     bulk flow, it includes what a training job's traffic pays on this link: TCP restarting
     from a small window after each idle phase, losses at the shaper, the sender's pauses.
     Steps in ``incomplete`` (a stream of theirs unusable) are left out: with a stream missing
@@ -347,8 +348,11 @@ def _busy_rate(steps: dict[str, list[tuple[int, float]]]) -> dict:
             for direction, counted in steps.items()}
 
 
-def _busy_steps(samples: list[StreamSample], incomplete: set[tuple[str, str]]) -> dict[str, list[tuple[int, float]]]:
-    """Per direction, the ``(bytes, span in s)`` of each step the busy rate counts (:func:`_busy_rate`)."""
+def _busy_steps(samples: list[StreamSample], incomplete: set[tuple[str, str]], *,
+                empty_ends_span: bool = True) -> dict[str, list[tuple[int, float]]]:
+    """Per direction, the ``(bytes, span in s)`` of each step the busy rate counts (:func:`_busy_rate`).
+
+    ``empty_ends_span=False`` (a tf2-pss run): a stream without payload does not end the span."""
     out = {}
     for direction in DIRECTIONS:
         steps: dict[str, list[StreamSample]] = defaultdict(list)
@@ -360,7 +364,11 @@ def _busy_steps(samples: list[StreamSample], incomplete: set[tuple[str, str]]) -
             big = [s.send_ready_s for s in streams if s.size_bytes >= MIN_STREAM_BYTES]
             total = sum(s.size_bytes for s in streams)
             if big and total >= MIN_BUSY_BYTES:
-                span = max(s.last_data_s for s in streams) - min(big)
+                # A tf2-pss step's last downlink stream is a control edge's empty tensor, sent after the
+                # uplink's updates: it would stretch the span over the whole step (docs/calibration.md
+                # §2.9). TF1 runs keep the span they were calibrated with (§4).
+                ends = [s.last_data_s for s in streams if empty_ends_span or s.size_bytes > 0]
+                span = max(ends) - min(big)
                 if span > 0:
                     out[direction].append((total, span))
     return out
@@ -613,7 +621,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     rpc = _rpc_chain(run, capture, match)
     queue_window = _queue_window(captures[0], run)
     fits, pooled = _overhead(samples)
-    busy_steps = _busy_steps(samples, incomplete)
+    busy_steps = _busy_steps(samples, incomplete, empty_ends_span=run_api(run.run) != TF2_PSS_API)
     busy = _busy_rate(busy_steps)
     link = Link(link_rate_Bps, "as given") if link_rate_Bps is not None else \
         link_from_run(run.run, run_dir / "run.json")

@@ -18,7 +18,7 @@ import numpy as np
 from simulate.cluster import ClusterModel
 from simulate.config import SimConfig, Transfer, host_model
 from tfbase.errors import UsageError
-from tfprofile.dag import Profile, Resource
+from tfprofile.dag import DISPATCH_OP, Profile, Resource
 
 MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
 
@@ -33,7 +33,8 @@ def scale_computation(profile: Profile, factor: float) -> Profile:
     worker's alone; docs/model.md §6)."""
     if not (0 < factor <= MAX_SCALE):
         raise ValueError(f"a one-worker correction factor must be in (0, {MAX_SCALE:g}], not {factor}")
-    compute = profile.graph.resource == Resource.WORKER
+    # A tf2-pss profile's coordinator dispatch is measured between untraced steps: not tracing's cost.
+    compute = (profile.graph.resource == Resource.WORKER) & (profile.graph.op_type != DISPATCH_OP)
     duration = profile.duration_s.copy()
     duration[:, compute] *= factor
     meta = {**profile.meta, "computation_scale": factor * profile.meta.get("computation_scale", 1.0)}
@@ -74,7 +75,8 @@ def _step_statistic_s(profile: Profile, cluster: ClusterModel, config: SimConfig
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,
                           transfer: Transfer | None = None, iterations: int = 30, colocation=None,
-                          cores: float | None = None, statistic: str = "median") -> float:
+                          cores: float | None = None, statistic: str = "median", steps: int = 80,
+                          warmup: int | None = None) -> float:
     """The factor for :func:`scale_computation` that makes the model's one-worker step time
     ``untraced_step_s``, in either direction (bisection; the step time grows with the factor).
 
@@ -85,10 +87,13 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
     longer); :data:`MAX_SCALE` when even that much computation is too fast. ``colocation``
     and ``cores``: the hosts the one-worker run had (as :func:`simulate.predict` takes them);
     ``statistic``: match the model's median or mean step time (the mean when ``untraced_step_s``
-    is a mean: it is what throughput follows).
+    is a mean: it is what throughput follows). ``steps``/``warmup``: the simulated run the fit
+    matches (as :func:`one_worker_step_s`); a profile whose traced steps differ widely (some met
+    a throttled CPU quota) gives a mean that moves with the steps sampled, so fit over as many
+    as the prediction simulates.
     """
     transfer = transfer or Transfer(cluster.default_transfer)
-    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic}
+    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic, "steps": steps, "warmup": warmup}
     low, high = 0.0, 1.0
     if one_worker_step_s(profile, cluster, transfer, **hosts) < untraced_step_s:
         low, high = 1.0, MAX_SCALE

@@ -6,6 +6,7 @@ with ``TF_CONFIG`` in its environment, the way a user starts them over ssh. The 
 tests check the one-line message, the task it names and exit status 2.
 """
 
+import csv
 import json
 import os
 import shutil
@@ -110,6 +111,43 @@ def test_tf_config_and_cluster_spec_file(tmp_path):
                   role="worker", index=0)
     with pytest.raises(ClusterError, match=r"address b:1 is given to two tasks"):
         load_task({"TF_CONFIG": tf_config(["b:1"], ["b:1"], "ps")})
+
+
+def test_a_tf2_pss_cluster_has_its_coordinator_as_chief():
+    pss = {"cluster": {"chief": ["a:1"], "ps": ["b:1"], "worker": ["c:1", "d:1"]}, "task": {"type": "chief"}}
+    cluster, task, _ = load_task({"TF_CONFIG": json.dumps(pss)}, coordinator=True)
+    assert (cluster.chief, task.label, task.is_coordinator, task.is_chief) == (("a:1",), "chief0", True, False)
+    assert cluster.as_dict() == pss["cluster"] and cluster.address("chief", 0) == "a:1"
+    _, worker, _ = load_task({"TF_CONFIG": json.dumps(pss)}, role="worker", index=1, coordinator=True)
+    assert (worker.label, worker.is_coordinator) == ("worker1", False)
+    with pytest.raises(ClusterError, match=r"needs a non-empty list of 'chief' addresses \(host:port\): a tf2-pss "
+                                           r"job's coordinator"):
+        load_task({"TF_CONFIG": tf_config(["b:1"], ["c:1"], "ps")}, coordinator=True)
+    with pytest.raises(ClusterError, match=r"a tf2-pss job has one coordinator: 'chief' lists 2"):
+        load_task({"TF_CONFIG": json.dumps({"cluster": {**pss["cluster"], "chief": ["a:1", "e:1"]}})}, role="ps",
+                  coordinator=True)
+    with pytest.raises(ClusterError, match=r"job 'chief' is not supported: .* or, with --api tf2-pss, a 'chief'"):
+        load_task({"TF_CONFIG": json.dumps(pss)}, role="worker")
+    from tfprofile.harness.pss_role import check_profiler_ports, profiler_port
+
+    assert profiler_port("h:2222") == 12222
+    with pytest.raises(ClusterError, match=r"worker0's profiler port 12222 is another task's address"):
+        check_profiler_ports(load_task({"TF_CONFIG": json.dumps(
+            {"cluster": {"chief": ["h:12222"], "ps": ["g:1"], "worker": ["h:2222"]}})}, role="ps",
+            coordinator=True)[0], "ps0")
+
+
+def test_tf2_pss_tasks_refuse_what_they_cannot_do_yet(tmp_path, capsys, monkeypatch):
+    from cli_runner import run as cli
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "ps": ["b:1"], "worker": ["c:1"]},
+                                                "task": {"type": "chief"}}))
+    code, _, err = cli(["collect", "--api", "tf2-pss", "--capture", "--out", tmp_path / "run"], capsys)
+    assert code == 2 and err.strip().splitlines() == [
+        "tfsim: error: --capture: not yet for a tf2-pss job with one task per host (--role): it is profiled, not "
+        "captured"]
+    code, _, err = cli(["collect", "--api", "tf2-pss"], capsys)  # the coordinator writes the run directory
+    assert code == 2 and "--out" in err
 
 
 def test_agreement_difference_names_what_differs():
@@ -461,3 +499,50 @@ def test_capture_at_the_ps_of_a_two_worker_job_is_what_the_timeline_reads(lab, t
     for w in (0, 1):
         assert len(timeline.layout.steps[w]) == 4
         assert {(per_step.get((w, k, "down")), per_step.get((w, k, "up"))) for k in range(4)} == {(10, 9)}
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_tf2_pss_job_with_a_host_per_task(tmp_path, tasks):
+    """PS, two workers and the coordinator ("chief"), each its own tfsim collect --role in its own
+    namespace: the coordinator writes the run directory (worker 0's partition graphs read through
+    an op on worker 0, every server traced at its host), each server exits 0 once told the job is over."""
+    pytest.importorskip("tensorflow")
+    from tfsim.lab.netns import EmulatedCluster, list_namespaces
+
+    cluster = EmulatedCluster(["ps0", "w0", "w1", "c0"], rate_bit=200_000_000).up()
+    try:
+        hosts = cluster.hosts
+        spec = {"chief": [f"{hosts['c0'].address}:2222"], "ps": [f"{hosts['ps0'].address}:2222"],
+                "worker": [f"{hosts['w0'].address}:2222", f"{hosts['w1'].address}:2222"]}
+        options = ("--api", "tf2-pss", "--model", "tiny", "--batch", "4", "--steps", "8", "--warmup", "2",
+                   "--inter-op-threads", "1", "--trace-ms", "3000", "--no-progress")
+        servers = [tasks.start("collect", "--role", role, "--task-index", index, *options,
+                               env=env_with(json.dumps({"cluster": spec})), prefix=hosts[host].exec_prefix())
+                   for role, index, host in (("ps", 0, "ps0"), ("worker", 0, "w0"), ("worker", 1, "w1"))]
+        run = tmp_path / "run"
+        chief = tfsim("collect", *options, "--out", run,
+                      env=env_with(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}})),
+                      prefix=hosts["c0"].exec_prefix(), timeout=400)
+        assert chief.returncode == 0, chief.stderr[-3000:]
+        for proc in servers:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err[-2000:]
+            assert "the coordinator is done" in err
+    finally:
+        cluster.down()
+    assert not set(cluster.namespaces()) & set(list_namespaces())
+    record = json.loads((run / "run.json").read_text())
+    assert record["cluster"] == record["cluster_spec"] == spec and record["task"] == {"role": "chief", "index": 0}
+    assert record["hosts"]["chief0"]["ip"] == hosts["c0"].address
+    assert sorted(record["traced_steps"]) == ["ps0.xplane.pb.gz", "worker0.xplane.pb.gz", "worker1.xplane.pb.gz"]
+    assert sorted(p.name for p in (run / "graphs").iterdir()) == [
+        "job_ps_replica_0_task_0_device_CPU_0.pbtxt.gz", "job_worker_replica_0_task_0_device_CPU_0.pbtxt.gz"]
+    with open(run / "step_times.csv") as handle:
+        steps = list(csv.DictReader(handle))
+    assert len(steps) == 8 and {s["worker"] for s in steps} <= {"0", "1"}
+    import tfprofile
+
+    profile = tfprofile.read_profile(run)
+    assert profile.graph.name[0] == "ClusterCoordinatorDispatch" and profile.bytes_per_step(0) == 547_496
+    assert not list(Path("/tmp").glob("tfsim-pss-done-*")) and not list(Path("/tmp").glob("tfsim-pss-graphs-*"))

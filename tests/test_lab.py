@@ -87,7 +87,7 @@ def test_quick_preset_end_to_end(tmp_path):
     page = (tmp_path / "results.md").read_text()
     assert "## Where the time goes" in page
     share = os.cpu_count() / 3
-    assert f"| tiny-100mbit | PS {share:.2f}, w {share:.2f} | 1 |" in page and "measured again" in page
+    assert f"| tiny-100mbit | tf1 | PS {share:.2f}, w {share:.2f} | 1 |" in page and "measured again" in page
     assert (tmp_path / "tiny-100mbit.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "tiny-100mbit" / "CLUSTER.json").exists()
     # The profiling run records its link's shaper; calibration held its rates to that link's ceiling.
@@ -129,7 +129,7 @@ def test_results_json_holds_values_json_has_no_number_for(tmp_path):
     from tfsim.lab.validate import RESULT_COLUMNS, TIMELINE_COLUMNS, write_results
 
     row = dict.fromkeys(RESULT_COLUMNS, 1.0)
-    row.update(setting="s", model="tiny", transport="queue 5 ms", hosts="quota", window="default", workers=1,
+    row.update(setting="s", api="tf1", model="tiny", transport="queue 5 ms", hosts="quota", window="default", workers=1,
                measured_runs_eps="1", inside_grpc=True, ranges_overlap_grpc=True, predict_replicas=5, loaded_runs=0,
                measured_ci95_eps=math.nan,
                **dict.fromkeys(TIMELINE_COLUMNS, math.nan))

@@ -45,3 +45,19 @@ def test_a_profile_faster_than_the_run_is_scaled_up(bundled_profile):
         traced * 1.2, rel=1e-3)
     # beyond what computation can explain, the factor stops at its bound
     assert fit_computation_scale(profile, CLUSTER, traced * 100, transfer=Transfer.FIFO) == MAX_SCALE
+
+
+def test_the_fit_matches_the_run_it_is_given_and_leaves_the_dispatch_alone(bundled_profile):
+    """A tf2-pss profile: the coordinator's dispatch (op 0) is not scaled, and the fit matches the
+    mean over the simulated run it is told to (``steps``), not the default 80 steps'."""
+    from tfprofile.dag import DISPATCH_OP
+
+    profile = bundled_profile("tiny_tf2pss")
+    assert profile.graph.op_type[0] == DISPATCH_OP
+    scaled = scale_computation(profile, 0.5)
+    np.testing.assert_array_equal(scaled.duration_s[:, 0], profile.duration_s[:, 0])
+    target = 0.9 * one_worker_step_s(profile, CLUSTER, Transfer.GRPC, steps=200, warmup=20, statistic="mean")
+    factor = fit_computation_scale(profile, CLUSTER, target, transfer=Transfer.GRPC, statistic="mean", steps=200,
+                                   warmup=20)
+    assert one_worker_step_s(scale_computation(profile, factor), CLUSTER, Transfer.GRPC, steps=200, warmup=20,
+                             statistic="mean") == pytest.approx(target, rel=1e-3)

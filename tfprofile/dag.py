@@ -25,6 +25,11 @@ MAX_BATCH_SIZE = 2**31 - 1
 MAX_DURATION_S = 1e6  # one op's recorded duration; a step's makespan or wall time up to 1e9 s
 
 
+# A tf2-pss profile's op 0: the coordinator's dispatch of the step to the worker, which no trace
+# holds (tfprofile/pssrun.py; docs/model.md §1.5). Its op type is the same name.
+DISPATCH_OP = "ClusterCoordinatorDispatch"
+
+
 class Resource(enum.IntEnum):
     """The one resource each op uses (ICPE §2). The numbering is the tie-break order of docs/model.md §2.4."""
 

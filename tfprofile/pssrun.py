@@ -15,6 +15,13 @@ A step is one step id that worker 0 ran: its ops come from every task's trace, a
 cross-task transfer spans from the receiver's ``_Recv`` request to its completion, as a TF1
 ``RecvTensor`` record does (docs/model.md §1.5). Steps at the trace window's edges, which lack a
 receive, are left out. :func:`~tfprofile.build.build_profile` then builds the same DAG as for TF1.
+
+What no trace holds is the time between a worker's steps, the coordinator's dispatch: it
+hands the next step to a worker only once that worker has returned the last one, and the
+worker's step starts a few milliseconds later (docs/model.md §1.5: about 6 ms of a 12.7 ms
+step on the bundled run). The profile models it as one more WORKER op that every step starts
+with (:data:`DISPATCH_OP`, op 0), lasting the median gap between a worker's consecutive steps
+in ``step_times.csv`` (:func:`dispatch_gap_s`).
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import numpy as np
 
 from tfbase.errors import GraphError, RunDirError, TraceFormatError, TraceWarning
 from tfbase.fileio import read_input
@@ -38,7 +47,7 @@ from tfprofile.build import (
     parse_device,
     split_input,
 )
-from tfprofile.dag import MAX_TENSOR_BYTES, Profile
+from tfprofile.dag import DISPATCH_OP, MAX_TENSOR_BYTES, OpGraph, Profile, Resource
 from tfprofile.runmetadata import nodes_of_graphs
 from tfprofile.xspace import TaskTrace, read_xspace, task_trace
 
@@ -220,6 +229,71 @@ def read_pss_steps(path: str | os.PathLike) -> PssSteps:
     return PssSteps(source, tuple(nodes), tuple(steps), partial, tuple(sorted(set(unsized))), links)
 
 
+@dataclasses.dataclass(frozen=True)
+class DispatchGap:
+    """The measured time between a worker's consecutive steps: ``duration_s`` (the median of
+    ``gaps`` gaps), and which steps it was taken over (``"untraced"`` or ``"measured"``)."""
+
+    duration_s: float
+    gaps: int
+    steps: str
+
+
+def dispatch_gap_s(step_times: Iterable[Mapping]) -> DispatchGap | None:
+    """The median gap between a worker's consecutive measured steps: the next step's start
+    (the worker's ``tf.timestamp()`` before the model) minus this step's end (after the
+    updates), over every worker, from ``step_times.csv``'s rows (as
+    :func:`tfprofile.rundir.open_run_dir` reads them). Pairs of untraced steps when the run has
+    any (what the job does unobserved, as the one-worker correction takes it), else every pair
+    of measured steps. None when no worker ran two consecutive measured steps.
+
+    Examples
+    --------
+    >>> rows = [{"worker": 0, "step": k, "measured": True, "traced": False, "start_unix_s": 0.01 * k,
+    ...          "wall_s": 0.004} for k in range(4)]
+    >>> gap = dispatch_gap_s(rows)
+    >>> round(gap.duration_s, 6), gap.gaps, gap.steps
+    (0.006, 3, 'untraced')
+    """
+    by_worker: dict[int, list[Mapping]] = {}
+    for row in step_times:
+        if row["measured"]:
+            by_worker.setdefault(int(row["worker"]), []).append(row)
+    pairs = []
+    for rows in by_worker.values():
+        rows.sort(key=lambda r: r["step"])
+        pairs.extend((a, b) for a, b in zip(rows, rows[1:]) if b["step"] == a["step"] + 1)
+    untraced = [(a, b) for a, b in pairs if not a["traced"] and not b["traced"]]
+    chosen, which = (untraced, "untraced") if untraced else (pairs, "measured")
+    if not chosen:
+        return None
+    gaps = [max(0.0, b["start_unix_s"] - (a["start_unix_s"] + a["wall_s"])) for a, b in chosen]
+    return DispatchGap(float(np.median(gaps)), len(gaps), which)
+
+
+def with_dispatch_op(profile: Profile, duration_s: float) -> Profile:
+    """``profile`` with :data:`DISPATCH_OP` as op 0, a WORKER op of ``duration_s`` in every
+    step with a control edge to every op that had no predecessor: nothing of the step, on the
+    worker or on a PS, starts before the coordinator has handed the step over. Each step's
+    makespan grows by ``duration_s``; the op's recorded start is unknown (NaN)."""
+    if not (np.isfinite(duration_s) and duration_s >= 0):
+        raise ValueError(f"a dispatch time must be finite and non-negative, not {duration_s}")
+    g = profile.graph
+    roots = np.flatnonzero(g.in_degree == 0) + 1
+    graph = OpGraph(
+        name=np.concatenate([[DISPATCH_OP], g.name]), op_type=np.concatenate([[DISPATCH_OP], g.op_type]),
+        resource=np.concatenate([[int(Resource.WORKER)], g.resource]), server=np.concatenate([[-1], g.server]),
+        size_bytes=np.concatenate([[0], g.size_bytes]), variable=np.concatenate([[-1], g.variable]),
+        data_ptr=np.concatenate([[0], g.data_ptr]), data_idx=g.data_idx + 1,
+        ctrl_ptr=np.concatenate([[0], g.ctrl_ptr + len(roots)]), ctrl_idx=np.concatenate([roots, g.ctrl_idx + 1]))
+    steps = profile.n_steps
+    return dataclasses.replace(
+        profile, graph=graph,
+        duration_s=np.concatenate([np.full((steps, 1), duration_s), profile.duration_s], axis=1),
+        start_s=np.concatenate([np.full((steps, 1), np.nan), profile.start_s], axis=1),
+        step_makespan_s=profile.step_makespan_s + duration_s)
+
+
 def profile_from_pss_run(
     path: str | os.PathLike,
     *,
@@ -227,8 +301,12 @@ def profile_from_pss_run(
     variables=None,
     step_wall_s=(),
     meta: dict | None = None,
+    step_times: Iterable[Mapping] = (),
 ) -> Profile:
-    """Build the profile of a tf2-pss run directory's traced steps (see the module's docstring).
+    """Build the profile of a tf2-pss run directory's traced steps (see the module's docstring),
+    with the coordinator's dispatch as op 0 when ``step_times`` (``step_times.csv``'s rows)
+    give a gap between two consecutive steps (:func:`dispatch_gap_s`; ``meta`` records it as
+    ``coordinator_dispatch``).
 
     Raises what :func:`read_pss_steps` raises.
     """
@@ -237,7 +315,10 @@ def profile_from_pss_run(
     if read.unsized:
         warnings.warn(TraceWarning(path / "tensors.json", f"{len(read.unsized)} transfer(s) of unknown size, counted "
                                                          f"as 0 bytes, e.g. {read.unsized[0]!r}"), stacklevel=2)
+    gap = dispatch_gap_s(step_times)
     meta = {**(meta or {}), "api": "tf2-pss", "partial_steps_left_out": read.partial,
-            "unsized_transfers": list(read.unsized)}
-    return build_profile(read.source, list(read.nodes), list(read.steps), batch_size=batch_size, variables=variables,
-                         step_wall_s=step_wall_s, meta=meta, node_variables=read.op_variables)
+            "unsized_transfers": list(read.unsized),
+            "coordinator_dispatch": dataclasses.asdict(gap) if gap is not None else None}
+    profile = build_profile(read.source, list(read.nodes), list(read.steps), batch_size=batch_size,
+                            variables=variables, step_wall_s=step_wall_s, meta=meta, node_variables=read.op_variables)
+    return with_dispatch_op(profile, gap.duration_s) if gap is not None else profile

@@ -225,7 +225,7 @@ def profile_from_run_dir(path: str | os.PathLike) -> Profile:
         from tfprofile.pssrun import profile_from_pss_run
 
         profile = profile_from_pss_run(run_dir.path, batch_size=run_dir.batch_size, variables=run_dir.variables,
-                                       step_wall_s=run_dir.wall_times_s(), meta=meta)
+                                       step_wall_s=run_dir.wall_times_s(), meta=meta, step_times=run_dir.step_times)
     else:
         profile = profile_from_traces(run_dir.trace_files, batch_size=run_dir.batch_size,
                                       variables=run_dir.variables, step_wall_s=run_dir.wall_times_s(), meta=meta)

@@ -112,6 +112,7 @@ class CollectConfig:
     iperf_seconds: float = 3.0
     api: TrainingApi = TrainingApi.TF1_GRAPH
     trace_ms: int = 1500
+    traced_steps: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))
@@ -119,6 +120,13 @@ class CollectConfig:
             raise UsageError("api", f"must be a TrainingApi, not {self.api!r}")
         if self.trace_ms < 1:
             raise UsageError("trace_ms", f"must be at least 1, not {self.trace_ms}")
+        if self.traced_steps is not None and not 0 <= self.traced_steps <= self.steps:
+            raise UsageError("traced_steps", f"must be from 0 to the {self.steps} measured steps, "
+                                             f"not {self.traced_steps}")
+        if self.traced_steps == 0 and self.warmup_steps < 2:
+            raise UsageError("traced_steps", "0 traces the warm-up's later steps: give at least 2 warm-up steps")
+        if self.traced_steps is not None and self.api is not TrainingApi.TF2_PSS:
+            raise UsageError("traced_steps", "applies to a tf2-pss job (a tf1 job traces every trace_every-th step)")
         if self.model_fn is None and self.model not in ZOO_MODELS:
             raise UsageError("model", f"unknown model {self.model!r}; choose from {', '.join(ZOO_MODELS)}"
                              " or give --model-fn MODULE:FUNCTION")
@@ -249,22 +257,24 @@ def collect(
         require_root("collect --capture")
         print(f"tfsim: collect --capture runs {' and '.join(tools)} as root", file=sys.stderr, flush=True)
     pss = config.api is TrainingApi.TF2_PSS
-    if pss and (hosts or command_prefixes or task_wrappers):
-        raise UsageError("api", "a tf2-pss job runs on this machine's loopback only: no hosts, command prefixes "
-                                "or task wrappers")
     ntasks = config.ps_tasks + config.workers
-    hosts = list(hosts) if hosts else ["127.0.0.1"] * ntasks
-    prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(ntasks)]
-    wrappers = [list(w) for w in task_wrappers] if task_wrappers else [[] for _ in range(ntasks)]
-    if len(hosts) != ntasks or len(prefixes) != ntasks or len(wrappers) != ntasks:
-        raise UsageError("hosts", f"need one host, one command prefix and one wrapper per task ({ntasks})")
+    # A tf2-pss job has one more task, the coordinator (the cluster's "chief"): given hosts then
+    # name it last (the lab's emulated hosts); by default every task is on loopback.
+    given = ntasks + 1 if pss else ntasks
+    hosts = list(hosts) if hosts else ["127.0.0.1"] * given
+    prefixes = [list(p) for p in command_prefixes] if command_prefixes else [[] for _ in range(given)]
+    wrappers = [list(w) for w in task_wrappers] if task_wrappers else [[] for _ in range(given)]
+    if len(hosts) != given or len(prefixes) != given or len(wrappers) != given:
+        raise UsageError("hosts", f"need one host, one command prefix and one wrapper per task ({given}"
+                                  f"{', the coordinator last' if pss else ''})")
     profiler_ports: dict[str, int] = {}
-    if pss:  # the coordinator is one more task of the cluster (its "chief"); each server has a profiler port
+    profiler_hosts: dict[str, str] = {}
+    if pss:  # each server also has a profiler port
         chosen = free_ports(2 * ntasks + 1)
         ports = chosen[: ntasks + 1]
         labels = [f"ps{i}" for i in range(config.ps_tasks)] + [f"worker{i}" for i in range(config.workers)]
         profiler_ports = dict(zip(labels, chosen[ntasks + 1:]))
-        hosts, prefixes, wrappers = [*hosts, "127.0.0.1"], [*prefixes, []], [*wrappers, []]
+        profiler_hosts = dict(zip(labels, hosts))
     else:
         ports = free_ports(ntasks) if all(h == "127.0.0.1" for h in hosts) else [2222 + i for i in range(ntasks)]
     addresses = [f"{h}:{p}" for h, p in zip(hosts, ports)]
@@ -288,7 +298,8 @@ def collect(
         "api": config.api.value,
     }
     if pss:
-        base_spec.update(profiler_ports=profiler_ports, trace_ms=config.trace_ms,
+        base_spec.update(profiler_ports=profiler_ports, profiler_hosts=profiler_hosts, trace_ms=config.trace_ms,
+                         traced_steps=config.steps if config.traced_steps is None else config.traced_steps,
                          graph_dump_dir=str((partial / "graph_dump").resolve()))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
     # The task processes import this project by module name: keep it importable from anywhere.

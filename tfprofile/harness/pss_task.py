@@ -10,7 +10,8 @@ Run by :mod:`tfprofile.harness.task` when the spec's ``api`` is ``tf2-pss`` (doc
 - The **coordinator** (the cluster's ``chief``) builds the model under
   ``strategy.scope()``, schedules warm-up steps, then starts a profiler trace of every PS and
   worker task (``tf.profiler.experimental.client.trace``) and schedules the measured steps
-  while it runs. It writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
+  while it runs (the first ``traced_steps`` of them; the rest once the trace has ended). It
+  writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
   task), ``graphs/*.pbtxt.gz`` (the partition graphs), ``variables.json``, ``tensors.json``
   (the size of every tensor of the training function, which the traces do not record),
   per-worker step times and ``versions.json``.
@@ -19,7 +20,8 @@ A model is the same function as for TF1 (``f(options) -> (loss, batch_size)``, w
 ``tf.compat.v1`` ops on its own synthetic input). Wrapped in ``tf.compat.v1.make_template``,
 its first call, eager and under the strategy's scope, creates the variables on the PS tasks;
 every later call, inside the ``tf.function`` step, reuses them. The step is plain SGD, like
-the TF1 job's: ``v.assign_sub(learning_rate * gradient)`` for each trainable variable.
+the TF1 job's: ``v.assign_sub(learning_rate * gradient)`` for each trainable variable, or
+``v.scatter_sub`` of the scaled rows for a sparse gradient (``IndexedSlices``, an embedding's).
 
 Each step returns the worker's index (from a per-worker dataset: its input pipeline id)
 and ``tf.timestamp()`` taken before the model and after the updates, so that the step times
@@ -125,37 +127,61 @@ def _op_variables(graph, variables) -> dict[str, str]:
     return {op.name: captured[t.op.name] for op in graph.get_operations() for t in op.inputs if t.op.name in captured}
 
 
-def _keep_partition_graphs(dump_dir: Path, out: Path) -> list[str]:
-    """Copy the final partition graphs of the step function from TensorFlow's dump into ``out/graphs``."""
-    found = sorted(p for p in dump_dir.glob(f"*{STEP_FUNCTION}*_partition_*{FINAL_PARTITION_STAGE}.pbtxt"))
+PARTITION_GLOB = f"*{STEP_FUNCTION}*_partition_*{FINAL_PARTITION_STAGE}.pbtxt"
+
+
+def _local_partition_graphs(dump_dir: Path) -> dict[str, bytes]:
+    """The dumped final partition graphs of the step function in ``dump_dir`` on this host: name -> text."""
+    return {p.name: p.read_bytes() for p in dump_dir.glob(PARTITION_GLOB)}
+
+
+def _remote_partition_graphs(tf, dump_dir: str, device: str) -> dict[str, bytes]:
+    """The same, read on another task's host (worker 0's, when every task has a host of its own)
+    by ops placed on that task's ``device``."""
+    with tf.device(device):
+        names = [n.decode() for n in tf.io.matching_files(f"{dump_dir}/{PARTITION_GLOB}").numpy()]
+        return {os.path.basename(n): tf.io.read_file(n).numpy() for n in names}
+
+
+def _keep_partition_graphs(found: dict[str, bytes], dump_dir: str, out: Path) -> list[str]:
+    """Write the final partition graphs of the step function (``found``: name -> text, from
+    TensorFlow's dump in ``dump_dir``) into ``out/graphs``."""
     if not found:
         raise RuntimeError(f"TensorFlow dumped no partition graph of {STEP_FUNCTION} into {dump_dir}")
     # One instantiation per function; should TensorFlow retrace, the latest dump (highest id) is the one that ran.
-    latest = max(p.name.split("_partition_")[0] for p in found)
+    latest = max(n.split("_partition_")[0] for n in found)
     (out / "graphs").mkdir(exist_ok=True)
     names = []
-    for p in found:
-        if p.name.split("_partition_")[0] != latest:
+    for dumped in sorted(found):
+        if dumped.split("_partition_")[0] != latest:
             continue
-        device = p.name.split("_partition_")[1].split(".")[0]
+        device = dumped.split("_partition_")[1].split(".")[0]
         name = device.strip("_").replace(":", "_").replace("/", "_") + ".pbtxt.gz"
-        (out / "graphs" / name).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
+        (out / "graphs" / name).write_bytes(gzip.compress(found[dumped], mtime=0))
         names.append(name)
     return names
 
 
-def _keep_traces(logdir: Path, out: Path, ports: dict[str, int]) -> list[str]:
-    """Move the profiler's ``<host>_<port>.xplane.pb`` files to ``out/trace/<task>.xplane.pb.gz``."""
-    by_port = {str(port): label for label, port in ports.items()}
+def _keep_traces(logdir: Path, out: Path, ports: dict[str, int], hosts: dict[str, str]) -> list[str]:
+    """Move the profiler's ``<host>_<port>.xplane.pb`` files to ``out/trace/<task>.xplane.pb.gz``
+    (by host and port: tasks on hosts of their own may all have the same port)."""
+    wanted = {f"{hosts.get(label, '127.0.0.1')}_{port}": label for label, port in ports.items()}
+    ports_of = [key.rpartition("_")[2] for key in wanted]
     names = []
     for p in sorted(logdir.glob("plugins/profile/*/*.xplane.pb")):
-        port = p.name[: -len(".xplane.pb")].rpartition("_")[2]
-        if port in by_port:
-            name = f"{by_port.pop(port)}.xplane.pb.gz"
+        key = p.name[: -len(".xplane.pb")]
+        if key not in wanted:  # a host the profiler names otherwise: its port alone, if no other task has it
+            port = key.rpartition("_")[2]
+            same = [k for k in wanted if k.rpartition("_")[2] == port]
+            key = same[0] if len(same) == 1 and ports_of.count(port) == 1 else key
+        if key in wanted:
+            name = f"{wanted.pop(key)}.xplane.pb.gz"
             (out / "trace" / name).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
             names.append(name)
-    if by_port:
-        raise RuntimeError(f"the profiler returned no trace of {', '.join(sorted(by_port.values()))}")
+    if wanted:
+        found = ", ".join(sorted(p.name for p in logdir.glob("plugins/profile/*/*.xplane.pb"))) or "none"
+        raise RuntimeError(f"the profiler returned no trace of {', '.join(sorted(wanted.values()))} "
+                           f"(its files: {found})")
     return names
 
 
@@ -209,13 +235,21 @@ def run_coordinator(spec: dict) -> int:
 
     indices = iter(coordinator.create_per_worker_dataset(worker_index))
 
+    def update(variable, gradient):
+        # A sparse gradient (an embedding lookup's IndexedSlices: rows and their indices) updates
+        # only its rows, with a scatter on the variable's PS, as a TF1 optimizer applies it.
+        if isinstance(gradient, tf.IndexedSlices):
+            return variable.scatter_sub(tf.IndexedSlices(learning_rate * gradient.values, gradient.indices,
+                                                         gradient.dense_shape))
+        return variable.assign_sub(learning_rate * gradient)
+
     def train_step(iterator):
         worker = next(iterator)
         began = tf.timestamp()
         with tf.control_dependencies([began]), tf.GradientTape() as tape:
             loss = forward()
         gradients = tape.gradient(loss, trainable)
-        updates = [v.assign_sub(learning_rate * g) for v, g in zip(trainable, gradients)]
+        updates = [update(v, g) for v, g in zip(trainable, gradients)]
         updates.append(global_step.assign_add(1))
         with tf.control_dependencies(updates):
             ended = tf.timestamp()
@@ -226,11 +260,25 @@ def run_coordinator(spec: dict) -> int:
 
     warmup, measured = spec["warmup_steps"], spec["steps"]
     total = warmup + measured
+    # The first traced_steps measured steps run while the trace does; the others only once it has
+    # ended, untraced. With none (a run that needs no profile, such as the lab's measuring runs)
+    # the trace covers the warm-up's later steps instead (the first compiles the step function):
+    # a profiler trace without any step is an error.
+    traced_count = int(spec.get("traced_steps", measured))
+    traced_warmup = max(0, warmup - 1) if traced_count == 0 else 0
     done = 0
-    for _ in range(warmup):
-        coordinator.schedule(step, args=(indices,)).fetch()
-        done += 1
-        emit_progress("step", step=done, total=total, wall_s=0.0, traced=0)
+
+    def warm_up(count: int) -> None:
+        # A warm-up step is one round of one step per worker, so that every worker has built the
+        # step function before the measured steps (a closure goes to whichever worker is free).
+        nonlocal done
+        for _ in range(count):
+            for remote in [coordinator.schedule(step, args=(indices,)) for _ in spec["cluster"]["worker"]]:
+                remote.fetch()
+            done += 1
+            emit_progress("step", step=done, total=total, wall_s=0.0, traced=0)
+
+    warm_up(warmup - traced_warmup)
     with open(out / "variables.json", "w", encoding="utf-8") as handle:
         json.dump({"format": "tfsim.variables/1",
                    "variables": _variables_table([(v, True) for v in trainable] + [(global_step, False)])},
@@ -238,31 +286,48 @@ def run_coordinator(spec: dict) -> int:
     emit_progress("initialized")
 
     ports = {label: port for label, port in spec["profiler_ports"].items() if not label.startswith("coordinator")}
-    service = ",".join(f"grpc://127.0.0.1:{port}" for port in ports.values())
+    hosts = spec.get("profiler_hosts") or {}
+    service = ",".join(f"grpc://{hosts.get(label, '127.0.0.1')}:{port}" for label, port in ports.items())
     logdir = out / "profiler"
     trace_window = {}
 
     def trace():
         trace_window["start"] = time.time()
-        tf.profiler.experimental.client.trace(service, str(logdir), duration_ms=spec["trace_ms"])
+        try:
+            tf.profiler.experimental.client.trace(service, str(logdir), duration_ms=spec["trace_ms"])
+        except Exception as exc:  # the profiler's own error, raised again in the coordinator's thread
+            trace_window["error"] = exc
         trace_window["end"] = time.time()
 
     tracer = threading.Thread(target=trace, daemon=True)
     tracer.start()
     time.sleep(TRACE_START_S)
-    scheduled = [coordinator.schedule(step, args=(indices,)) for _ in range(measured)]
     results = []
-    for remote in scheduled:
-        worker, began, ended = (float(x) for x in remote.fetch())
-        results.append((int(worker), began, ended))
-        done += 1
-        emit_progress("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+
+    def run(count: int) -> None:
+        nonlocal done
+        scheduled = [coordinator.schedule(step, args=(indices,)) for _ in range(count)]
+        for remote in scheduled:
+            worker, began, ended = (float(x) for x in remote.fetch())
+            results.append((int(worker), began, ended))
+            done += 1
+            emit_progress("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+
+    warm_up(traced_warmup)
+    run(traced_count)
     coordinator.join()
     tracer.join()
+    if "error" in trace_window:
+        raise RuntimeError(f"the profiler trace failed: {trace_window['error']}")
+    run(measured - traced_count)
+    coordinator.join()
 
-    traced = _keep_traces(logdir, out, ports)
+    traced = _keep_traces(logdir, out, ports, hosts)
     shutil.rmtree(logdir, ignore_errors=True)
-    graphs = _keep_partition_graphs(Path(spec["graph_dump_dir"]), out)
+    dump_dir = spec["graph_dump_dir"]
+    found = (_remote_partition_graphs(tf, dump_dir, spec["graph_dump_device"]) if spec.get("graph_dump_device")
+             else _local_partition_graphs(Path(dump_dir)))
+    graphs = _keep_partition_graphs(found, dump_dir, out)
     graph = step.get_concrete_function(indices).graph
     with open(out / "tensors.json", "w", encoding="utf-8") as handle:
         json.dump({"format": "tfsim.tensors/1", "function": STEP_FUNCTION, "tensors": _tensor_sizes(graph),
@@ -284,5 +349,10 @@ def run_coordinator(spec: dict) -> int:
                 "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
                 "traces": traced, "graphs": graphs}
     (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
+    # With a host per task, each server's tfsim collect waits for a file on its own host that says
+    # the job is over: written there by an op placed on that task.
+    for device, path in spec.get("done_files", {}).items():
+        with tf.device(device):
+            tf.io.write_file(path, "done")
     emit_progress("finished", batch_size=int(batch_size[0]))
     return 0

@@ -185,9 +185,10 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
              overwrite: bool = False) -> Path | None:
     """Run this host's task of the job; return the run directory (the chief), PS 0's capture
     directory (PS 0 capturing at the PS) or ``None``."""
-    if config.api is not TrainingApi.TF1_GRAPH:
-        raise UsageError("api", f"one task per host runs TF1 graph jobs only, not {config.api.value}: a "
-                                "TF2 ParameterServerStrategy job is collected on one machine (docs/formats.md §2.8)")
+    if config.api is TrainingApi.TF2_PSS:
+        from tfprofile.harness.pss_role import run_pss_task
+
+        return run_pss_task(config, role, progress=progress, overwrite=overwrite)
     duty = capture_duty(config, role)
     if role.task.is_chief:
         return _run_chief(config, role, duty, progress=progress, overwrite=overwrite)
@@ -293,7 +294,7 @@ def _placement_record(config: CollectConfig, role: RoleOptions, run_dir: Path) -
 def _hosts_record(role: RoleOptions) -> dict:
     resolved = role.cluster.resolved()
     hosts = {}
-    for job in ("ps", "worker"):
+    for job in ("ps", "worker", "chief"):  # a tf2-pss job's coordinator is the "chief"
         for i, (given, ip) in enumerate(zip(getattr(role.cluster, job), getattr(resolved, job))):
             hosts[f"{job}{i}"] = {"address": given, "ip": split_address(ip)[0]}
     hosts[role.task.label]["hostname"] = socket.gethostname()

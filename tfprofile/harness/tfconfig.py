@@ -24,6 +24,7 @@ from pathlib import Path
 from tfbase.errors import ClusterError
 
 ROLES = ("ps", "worker")
+COORDINATOR_ROLE = "chief"  # a tf2-pss job's coordinator: TF_CONFIG's "chief" job, one task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,17 +33,20 @@ class ClusterSpec:
 
     ps: tuple[str, ...]
     worker: tuple[str, ...]
+    chief: tuple[str, ...] = ()  # a tf2-pss job's coordinator; empty for a TF1 job
 
     def as_dict(self) -> dict:
-        return {"ps": list(self.ps), "worker": list(self.worker)}
+        jobs = {"ps": list(self.ps), "worker": list(self.worker)}
+        return {**jobs, COORDINATOR_ROLE: list(self.chief)} if self.chief else jobs
 
     def address(self, role: str, index: int) -> str:
-        return (self.ps if role == "ps" else self.worker)[index]
+        return {"ps": self.ps, "worker": self.worker, COORDINATOR_ROLE: self.chief}[role][index]
 
     def resolved(self) -> ClusterSpec:
         """The same cluster with every host name replaced by its IPv4 address (unchanged if
         it does not resolve): captures see addresses, not names."""
-        return ClusterSpec(tuple(_resolve(a) for a in self.ps), tuple(_resolve(a) for a in self.worker))
+        return ClusterSpec(tuple(_resolve(a) for a in self.ps), tuple(_resolve(a) for a in self.worker),
+                           tuple(_resolve(a) for a in self.chief))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +63,11 @@ class TaskId:
     @property
     def is_chief(self) -> bool:
         return self.role == "worker" and self.index == 0
+
+    @property
+    def is_coordinator(self) -> bool:
+        """A tf2-pss job's coordinator (TF_CONFIG's ``chief``), which writes its run directory."""
+        return self.role == COORDINATOR_ROLE
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -85,25 +94,30 @@ def _check_address(where: str, role: str, index: int, address: object) -> str:
     return address
 
 
-def parse_cluster(data: object, where: str) -> ClusterSpec:
-    """Check a cluster object (``{"ps": [...], "worker": [...]}``) read from ``where``."""
+def parse_cluster(data: object, where: str, *, coordinator: bool = False) -> ClusterSpec:
+    """Check a cluster object (``{"ps": [...], "worker": [...]}``) read from ``where``; with
+    ``coordinator`` (a tf2-pss job) it also needs ``"chief": ["host:port"]``, the coordinator."""
     if not isinstance(data, dict):
         raise ClusterError(where, "the cluster must be a JSON object with lists 'ps' and 'worker'")
-    extra = sorted(set(data) - set(ROLES))
+    extra = sorted(set(data) - set(ROLES) - ({COORDINATOR_ROLE} if coordinator else set()))
     if extra:
         raise ClusterError(where, f"job {extra[0]!r} is not supported: a tfsim job has only 'ps' and 'worker' "
-                                  "(worker 0 is the chief)")
+                                  "(worker 0 is the chief)" + (" or, with --api tf2-pss, a 'chief' that "
+                                                               "coordinates" if extra[0] == COORDINATOR_ROLE else ""))
     jobs = {}
-    for role in ROLES:
+    for role in ROLES + ((COORDINATOR_ROLE,) if coordinator else ()):
         addresses = data.get(role)
         if not isinstance(addresses, list) or not addresses:
-            raise ClusterError(where, f"the cluster needs a non-empty list of {role!r} addresses (host:port)")
+            raise ClusterError(where, f"the cluster needs a non-empty list of {role!r} addresses (host:port)"
+                                      + (": a tf2-pss job's coordinator" if role == COORDINATOR_ROLE else ""))
         jobs[role] = tuple(_check_address(where, role, i, a) for i, a in enumerate(addresses))
-    every = jobs["ps"] + jobs["worker"]
+    if len(jobs.get(COORDINATOR_ROLE, ())) > 1:
+        raise ClusterError(where, f"a tf2-pss job has one coordinator: 'chief' lists {len(jobs[COORDINATOR_ROLE])}")
+    every = jobs["ps"] + jobs["worker"] + jobs.get(COORDINATOR_ROLE, ())
     duplicates = sorted({a for a in every if every.count(a) > 1})
     if duplicates:
         raise ClusterError(where, f"address {duplicates[0]} is given to two tasks")
-    return ClusterSpec(jobs["ps"], jobs["worker"])
+    return ClusterSpec(jobs["ps"], jobs["worker"], jobs.get(COORDINATOR_ROLE, ()))
 
 
 def _read_json(text: str, where: str, label: str) -> object:
@@ -128,11 +142,14 @@ def _task_from(data: dict, where: str, label: str) -> tuple[str | None, int | No
 
 
 def load_task(env: Mapping[str, str], cluster_spec: str | os.PathLike | None = None,
-              role: str | None = None, index: int | None = None) -> tuple[ClusterSpec, TaskId, str]:
+              role: str | None = None, index: int | None = None, *,
+              coordinator: bool = False) -> tuple[ClusterSpec, TaskId, str]:
     """The cluster and this task, from ``--cluster-spec FILE`` if given, else ``TF_CONFIG``.
 
     ``role``/``index`` (``--role``/``--task-index``) override the file's or TF_CONFIG's
-    ``task``. Returns ``(cluster, task, source)`` with ``source`` the file or ``"TF_CONFIG"``.
+    ``task``. ``coordinator``: a tf2-pss job, whose cluster has a ``chief`` (the coordinator)
+    and whose tasks may be it. Returns ``(cluster, task, source)`` with ``source`` the file
+    or ``"TF_CONFIG"``.
     """
     label = f"{role}{index if index is not None else ''}" if role else "TF_CONFIG"
     if cluster_spec is not None:
@@ -157,15 +174,20 @@ def load_task(env: Mapping[str, str], cluster_spec: str | os.PathLike | None = N
     if not isinstance(data, dict):
         raise ClusterError(label, f"{where} must hold a JSON object")
     given_role, given_index = _task_from(data, where, label) if "cluster" in data else (None, None)
-    cluster = parse_cluster(data["cluster"] if "cluster" in data else data, f"{label}: {where}")
+    cluster = parse_cluster(data["cluster"] if "cluster" in data else data, f"{label}: {where}",
+                            coordinator=coordinator)
     role = role or given_role
     index = index if index is not None else given_index
+    roles = ROLES + ((COORDINATOR_ROLE,) if coordinator else ())
     if role is None:
-        raise ClusterError(label, f"{where} names no task: give --role ps|worker and --task-index I")
-    if role not in ROLES:
-        raise ClusterError(label, f"task type {role!r} is not supported: use 'ps' or 'worker' (worker 0 is the chief)")
+        raise ClusterError(label, f"{where} names no task: give --role {'|'.join(roles)} and --task-index I")
+    if role not in roles:
+        raise ClusterError(label, f"task type {role!r} is not supported: use 'ps' or 'worker' (worker 0 is the chief)"
+                                  + (" or 'chief' (the coordinator)" if coordinator else
+                                     "; 'chief' is a tf2-pss job's coordinator (--api tf2-pss)"
+                                     if role == COORDINATOR_ROLE else ""))
     index = 0 if index is None else index
-    count = len(cluster.ps if role == "ps" else cluster.worker)
+    count = len(cluster.as_dict()[role])
     if not 0 <= index < count:
         raise ClusterError(f"{role}{index}", f"task index {index} is outside the cluster: {where} lists {count} "
                                              f"{role} task(s), {role}0 to {role}{count - 1}")

@@ -82,8 +82,11 @@ def register(sub) -> None:
         "job. The cluster comes from TF_CONFIG ({\"cluster\": {\"ps\": [\"host:port\", ...], \"worker\": [...]}, "
         "\"task\": {\"type\": \"worker\", \"index\": 0}}) or --cluster-spec FILE (the same JSON, or just the "
         "cluster object). Worker 0, the chief, writes the run directory; every task must get the same model and "
-        "run options.")
-    role.add_argument("--role", choices=("ps", "worker"), help="this task's type (default: TF_CONFIG's task)")
+        "run options. With --api tf2-pss the cluster also has \"chief\": [\"host:port\"], the coordinator "
+        "(--role chief), which writes the run directory; each PS's and worker's profiler listens on its port "
+        "plus 10000; no --capture, --iperf or --iperf-server yet (such a run is profiled, not calibrated).")
+    role.add_argument("--role", choices=("ps", "worker", "chief"),
+                      help="this task's type (default: TF_CONFIG's task); chief: a tf2-pss job's coordinator")
     role.add_argument("--task-index", type=non_negative_int, metavar="I",
                       help="this task's index (default: TF_CONFIG's task)")
     role.add_argument("--cluster-spec", type=Path, metavar="FILE", help="the cluster, instead of TF_CONFIG")
@@ -112,8 +115,11 @@ def run(args) -> int:
 
     if args.api == "tf2-pss":
         if _role_mode(args):
-            raise InputError("--api", "tf2-pss runs the whole job on this machine: --role, --task-index, "
-                                      "--cluster-spec and TF_CONFIG are for tf1 jobs")
+            for flag, given in (("--capture", args.capture), ("--iperf", args.iperf),
+                                ("--iperf-server", args.iperf_server)):
+                if given:
+                    raise InputError(flag, "not yet for a tf2-pss job with one task per host (--role): it is "
+                                           "profiled, not captured")
         for flag, given in (("--trace-every", args.trace_every != 1), ("--placement", args.placement != "round_robin")):
             if given:
                 raise InputError(flag, "applies to --api tf1 only (tf2-pss traces a time window: --trace-ms)")
@@ -123,7 +129,8 @@ def run(args) -> int:
             if given:
                 raise InputError(flag, "belongs to one task of a cluster job: give --role (or TF_CONFIG)")
     capture_site = CaptureSite(args.capture_site)
-    if args.out is None and (role is None or role.task.is_chief):
+    writes_run = role is None or (role.task.is_coordinator if args.api == "tf2-pss" else role.task.is_chief)
+    if args.out is None and writes_run:
         raise InputError("--out", "give the run directory to create (--out RUN_DIR)")
     if args.out is None and args.capture and capture_site is CaptureSite.PS and role.task.label == "ps0":
         raise InputError("--out", "ps0 writes its capture into a directory: give it (--out DIR)")
@@ -156,7 +163,8 @@ def _role_options(args):
     from tfprofile.harness.role import RoleOptions
     from tfprofile.harness.tfconfig import load_task
 
-    cluster, task, source = load_task(os.environ, args.cluster_spec, args.role, args.task_index)
+    cluster, task, source = load_task(os.environ, args.cluster_spec, args.role, args.task_index,
+                                      coordinator=args.api == "tf2-pss")
     for flag, given, count in (("--workers", args.workers, len(cluster.worker)),
                                ("--ps-tasks", args.ps_tasks, len(cluster.ps))):
         if given is not None and given != count:

@@ -20,6 +20,7 @@ examples:
   tfsim lab --model-fn mymodels:recommender --batch 256 --rate 400mbit,1gbit --workers 1-6 --out rec
   tfsim lab --settings matrix.toml --repeat 5
   tfsim lab --model tiny --rate 100mbit --workers 1-4 --timeline   where the time goes at each W
+  tfsim lab --api tf2-pss --model tiny --rate 100mbit --workers 1-2 --repeat 1   a TF2 PSS job
 
 The task processes import --model-fn's module with the current directory and this project on
 PYTHONPATH. Each measured run's load is recorded (lab.json in its directory): a run during
@@ -47,11 +48,16 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps)")
+                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, api)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
     job.add_argument("--batch", type=positive_int, default=32, help="batch size per worker (default: 32)")
+    p.add_argument("--api", choices=("tf1", "tf2-pss"), default="tf1",
+                   help="how the jobs train, as tfsim collect --api: tf1 graph mode, or tf2-pss, TensorFlow 2's "
+                        "ParameterServerStrategy, whose coordinator runs on one more emulated host (default: tf1, or "
+                        "a settings file's api; tf2-pss with --preset or --settings applies to every setting and "
+                        "appends -tf2-pss to its name)")
     job.add_argument("--rate", default="1gbit", help="link rates, comma-separated (default: 1gbit)")
     job.add_argument("--workers", default="1-4", help="worker counts to measure (default: 1-4)")
     job.add_argument("--ps", type=positive_int, default=1, help="parameter servers (default: 1)")
@@ -123,7 +129,8 @@ def settings_of(args) -> tuple[str, list]:
             settings.append(LabSetting(
                 f"{label}-{text.lower()}", args.model or label, args.batch, rate_bit, image_size=args.image_size,
                 workers=workers, ps_tasks=args.ps, profile_ps=args.profile_ps, grpc_options=args.grpc_options,
-                profile_steps=args.profile_steps, measure_steps=args.measure_steps, model_fn=args.model_fn))
+                profile_steps=args.profile_steps, measure_steps=args.measure_steps, model_fn=args.model_fn,
+                api=args.api))
     else:
         label = args.preset or "quick"
         settings = list(PRESETS[label])
@@ -134,6 +141,8 @@ def settings_of(args) -> tuple[str, list]:
             raise UsageError("only", f"no setting named {', '.join(unknown)} (settings: "
                                      f"{', '.join(s.name for s in settings)})")
         settings = [s for s in settings if s.name in only]
+    if args.api != "tf1" and not (args.model or args.model_fn):
+        settings = [dataclasses.replace(s, api=args.api, name=f"{s.name}-{args.api}") for s in settings]
     transport = transport_options(args)
     if transport:
         settings = [dataclasses.replace(s, **transport) for s in settings]

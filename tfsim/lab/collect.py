@@ -6,14 +6,18 @@ import dataclasses
 from pathlib import Path
 
 from tfbase.load import LoadMeter, LoadSample
-from tfprofile.harness.launcher import CollectConfig, collect
+from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
 from tfsim.lab.netns import EmulatedCluster, Shaper, Transport, allowed_congestion_control, terminate_on_signals
 from tfsim.lab.netstats import HostLinkCounters, read_host_counters
 
+COORDINATOR_HOST = "coord"  # a tf2-pss job's coordinator (the cluster's chief): one more host
 
-def host_names(ps_tasks: int, workers: int) -> list[str]:
-    return [f"ps{i}" for i in range(ps_tasks)] + [f"w{i}" for i in range(workers)]
+
+def host_names(ps_tasks: int, workers: int, *, coordinator: bool = False) -> list[str]:
+    """The emulated hosts of a job, PS first; a tf2-pss job's coordinator last."""
+    return [f"ps{i}" for i in range(ps_tasks)] + [f"w{i}" for i in range(workers)] + (
+        [COORDINATOR_HOST] if coordinator else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,12 +30,16 @@ class HostQuotas:
 
     ps_cores: float | None = None
     worker_cores: float | None = None
+    coordinator_cores: float | None = None
 
     @property
     def colocated(self) -> bool:
         return self.ps_cores is None and self.worker_cores is None
 
     def cores_of(self, name: str) -> float | None:
+        """The quota of host ``name``: a PS's, the coordinator's (a worker's unless given), or a worker's."""
+        if name == COORDINATOR_HOST:
+            return self.worker_cores if self.coordinator_cores is None else self.coordinator_cores
         return self.ps_cores if name.startswith("ps") else self.worker_cores
 
 
@@ -54,11 +62,13 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
     job there, tear both down; return the :class:`LabRun`. ``transport``: the links' queue and
     TCP's settings (:class:`~tfsim.lab.netns.Transport`). With ``config.capture`` the capture
     is taken on the chief worker's ``eth0`` and iperf3 runs from the chief to PS 0 (both
-    outside the tasks' cgroups: they are the measuring instruments, not the job). ``run.json``
+    outside the tasks' cgroups: they are the measuring instruments, not the job). A tf2-pss
+    job's coordinator is one more host (:data:`COORDINATOR_HOST`), with a link and a quota of
+    its own, as a real job's coordinator runs on a machine of its own. ``run.json``
     records the links' shaper (``link``), which calibration holds measured rates to."""
     quotas = quotas or HostQuotas()
     transport = transport or Transport()
-    names = host_names(config.ps_tasks, config.workers)
+    names = host_names(config.ps_tasks, config.workers, coordinator=config.api is TrainingApi.TF2_PSS)
     with terminate_on_signals(), allowed_congestion_control(transport.congestion_control), LabCgroups() as cgroups, \
             EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms, transport=transport) as cluster:
         groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]

@@ -49,7 +49,7 @@ from tfbase.fileio import atomic_output, json_ready, read_input, write_json, wri
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
 from tfbase.units import format_rate, parse_rate
-from tfprofile.harness.launcher import CaptureSite, CollectConfig
+from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi
 from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
@@ -96,8 +96,13 @@ class LabSetting:
     timeline: bool = False
     keep_captures: bool = False
     profile_ps: int | None = None
+    api: str = "tf1"
 
     def __post_init__(self) -> None:
+        if self.api not in LAB_APIS:
+            raise UsageError("api", f"must be one of {', '.join(LAB_APIS)}, not {self.api!r}")
+        if self.api == "tf2-pss" and self.timeline:
+            raise UsageError("timeline", "the timeline view reads a tf1 job's run (not yet a tf2-pss one)")
         if not self.name or "/" in self.name or self.name.startswith("."):
             raise UsageError("setting", f"a setting's name must be a plain file name, not {self.name!r}")
         if not (isinstance(self.rate_bit, int) and self.rate_bit > 0):
@@ -133,6 +138,11 @@ class LabSetting:
         return Transport(self.queue_ms, self.queue_bytes, self.congestion_control, self.slow_start_after_idle)
 
     @property
+    def pss(self) -> bool:
+        """A TF2 ParameterServerStrategy job: a coordinator runs on one more host."""
+        return self.api == "tf2-pss"
+
+    @property
     def env(self) -> tuple[tuple[str, str], ...]:
         return (("TF_GRPC_DEFAULT_OPTIONS", self.grpc_options),) if self.grpc_options else ()
 
@@ -140,21 +150,31 @@ class LabSetting:
         """Each task's quota (none when co-located); checked to fit this machine at the largest W."""
         if self.colocated:
             return HostQuotas()
-        tasks = self.ps_tasks + max(self.workers)
+        tasks = self.ps_tasks + max(self.workers) + int(self.pss)
         share = MACHINE_CORES / tasks
         quotas = HostQuotas(self.ps_cores if self.ps_cores is not None else share,
-                            self.worker_cores if self.worker_cores is not None else share)
-        check_quotas([quotas.ps_cores] * self.ps_tasks + [quotas.worker_cores] * max(self.workers), MACHINE_CORES)
+                            self.worker_cores if self.worker_cores is not None else share,
+                            share if self.pss else None)
+        check_quotas([quotas.ps_cores] * self.ps_tasks + [quotas.worker_cores] * max(self.workers)
+                     + ([quotas.coordinator_cores] if self.pss else []), MACHINE_CORES)
         return quotas
 
     def hosts_text(self) -> str:
         if self.colocated:
             return f"co-located on {MACHINE_CORES:g} cores"
         quotas = self.quotas()
-        return f"PS {quotas.ps_cores:.2f} core, worker {quotas.worker_cores:.2f} core"
+        coordinator = f", coordinator {quotas.coordinator_cores:.2f} core" if self.pss else ""
+        return f"PS {quotas.ps_cores:.2f} core, worker {quotas.worker_cores:.2f} core{coordinator}"
 
 
 MACHINE_CORES = float(os.cpu_count() or 1)
+LAB_APIS = ("tf1", "tf2-pss")  # as tfsim collect --api
+# A tf2-pss run traces a time window, not steps (docs/formats.md §2.8). The profiling run traces
+# its first half of steps in a window this long (the rest run untraced once it has ended: the
+# one-worker correction fits their mean); a measuring run needs no profile, and its short window
+# runs idle before the measured steps.
+PSS_PROFILE_TRACE_MS = 1500
+PSS_MEASURE_TRACE_MS = 200
 MIN_QUOTA_CORES = 0.05
 
 SMALL_WINDOW = "grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535"
@@ -203,7 +223,7 @@ TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the de
 # one of several phase patterns depending on the sampled steps (docs/model.md §5.2), and the lab
 # compares the replicas' mean, showing their range beside the measured one.
 PREDICT_REPLICAS = 5
-RESULT_COLUMNS = ("setting", "model", "batch", "rate_mbit", "ps", "profile_ps", "window", "transport", "hosts",
+RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "window", "transport", "hosts",
                   "ps_cores", "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
                   "measured_ci95_eps", "measured_runs_eps", "measured_per_worker_sum_eps", "finish_spread_s",
@@ -223,12 +243,17 @@ def _say(message: str) -> None:
 def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool,
              capture_site: CaptureSite = CaptureSite.CHIEF_WORKER) -> LabRun:
     profiling = capture and capture_site is CaptureSite.CHIEF_WORKER
+    # A tf2-pss coordinator hands the steps to whichever worker is free: W workers run about
+    # ``steps`` each when it schedules W x ``steps``.
+    pss = {"api": TrainingApi.TF2_PSS, "traced_steps": steps // 2 if profiling else 0,
+           "trace_ms": PSS_PROFILE_TRACE_MS if profiling else PSS_MEASURE_TRACE_MS} if setting.pss else {}
     config = CollectConfig(
         out_dir=out, model=setting.model, model_fn=setting.model_fn, batch_size=setting.batch_size,
-        image_size=setting.image_size, steps=steps, warmup_steps=setting.warmup_steps,
+        image_size=setting.image_size, steps=steps * workers if setting.pss and not profiling else steps,
+        warmup_steps=setting.warmup_steps,
         # The profiling run traces every other step: the untraced ones measure what tracing costs
         # (:func:`untraced_step_s`); measuring runs (and timeline runs) trace one step only.
-        trace_every=2 if profiling else steps + 1,
+        trace_every=1 if setting.pss else 2 if profiling else steps + 1, **pss,
         workers=workers, ps_tasks=setting.profiled_ps if profiling else setting.ps_tasks, intra_op_threads=1,
         inter_op_threads=1, capture=capture,
         capture_site=capture_site, zero_init=True, env=setting.env, iperf_repeats=3 if profiling else 0,
@@ -243,10 +268,20 @@ def untraced_step_s(run_dir: Path) -> float | None:
 
     The mean, not the median: throughput follows the mean step, and a host under a CPU quota
     has a tail of steps that met a throttled period (at 0.5 core, tiny with batch 512: a
-    median of 111 ms, a mean of 120 ms)."""
+    median of 111 ms, a mean of 120 ms). A tf2-pss run's step times are the worker's own span,
+    without the coordinator's dispatch before it, which its profile models as an op
+    (:func:`tfprofile.pssrun.dispatch_gap_s`): there the step is the time from one untraced
+    step's start to the next one's."""
 
     with open(run_dir / "step_times.csv", newline="") as handle:
-        walls = [float(r["wall_s"]) for r in csv.DictReader(handle) if r["measured"] == "1" and r["traced"] == "0"]
+        rows = [r for r in csv.DictReader(handle) if r["measured"] == "1"]
+    if json.loads((run_dir / "run.json").read_text()).get("config", {}).get("api") == "tf2-pss":
+        rows.sort(key=lambda r: (int(r["worker"]), int(r["step"])))
+        walls = [float(b["start_unix_s"]) - float(a["start_unix_s"]) for a, b in zip(rows, rows[1:])
+                 if a["worker"] == b["worker"] and int(b["step"]) == int(a["step"]) + 1
+                 and a["traced"] == b["traced"] == "0"]
+    else:
+        walls = [float(r["wall_s"]) for r in rows if r["traced"] == "0"]
     return float(sum(walls) / len(walls)) if walls else None
 
 
@@ -437,7 +472,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     cluster = load_cluster(out_dir / "CLUSTER.json")
     hosts = simulated_hosts(setting)
     target = untraced_step_s(run_dir)
-    scale = fit_computation_scale(profile, cluster, target, statistic="mean", **hosts) if target else 1.0
+    # Fitted over the run the prediction simulates: the mean of a few dozen sampled steps moves
+    # with the sample where the traced steps differ widely (a tf2-pss profile under a quota of a
+    # third of a core: 18-72 ms; 80 steps gave a mean 17% below 400 steps').
+    scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=predict_steps,
+                                  warmup=min(50, predict_steps // 5), **hosts) if target else 1.0
     profile = scale_computation(profile, scale)
     _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
          f"({target * 1e3 if target else float('nan'):.1f} ms): tracing's own cost")
@@ -467,7 +506,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         base_w = base[base["workers"] == w].set_index("model")["throughput_eps"]
         predicted_lockstep = lockstep[w]
         rows.append({
-            "setting": setting.name, "model": setting.model, "batch": setting.batch_size,
+            "setting": setting.name, "api": setting.api, "model": setting.model, "batch": setting.batch_size,
             "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks, "profile_ps": setting.profiled_ps,
             "window": "65535 (pinned)" if setting.grpc_options else "default",
             "transport": setting.transport().describe(),
@@ -600,8 +639,9 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
     lines = [
         f"# tfsim lab results ({preset})", "",
         f"- date: {time.strftime('%Y-%m-%d')}", f"- machine: {machine_text()}",
-        "- every task (PS and workers) in its own network namespace on one bridge, links shaped with tbf, and in "
-        "its own cgroup: with a CPU quota (an emulated host of that many cores) unless the setting is co-located; "
+        "- every task (PS and workers; a tf2-pss job's coordinator too) in its own network namespace on one bridge, "
+        "links shaped with tbf, and in its own cgroup: with a CPU quota (an emulated host of that many cores) "
+        "unless the setting is co-located; "
         "1 intra-op and 1 inter-op thread per task",
         "- measured: the examples all workers complete over the last half of the window in which every worker runs "
         "its measured steps, per second (tfsim/lab/measure.py; ICPE §4.1's per-worker sum is in results.csv, "
@@ -623,11 +663,11 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"range: {int(frame['inside_grpc'].sum())} of {len(frame)}; the two ranges meet: "
         f"{int(frame['ranges_overlap_grpc'].sum())} of {len(frame)}", "",
         *_bar_lines(frame), "",
-        "| setting | hosts | W | measured (ex/s) | range | CV | predicted grpc | error | inside | grpc range | overlap "
-        "| predicted http2 | error | predicted fifo | error | grpc, lock step | error | Lin et al. | Cynthia "
+        "| setting | api | hosts | W | measured (ex/s) | range | CV | predicted grpc | error | inside | grpc range "
+        "| overlap | predicted http2 | error | predicted fifo | error | grpc, lock step | error | Lin et al. | Cynthia "
         "| outside load |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-        "| --- | --- |",
+        "| --- | --- | --- |",
     ]
     for _, r in frame.iterrows():
         hosts = "co-located" if r["hosts"] == "co-located" else f"PS {r['ps_cores']:.2f}, w {r['worker_cores']:.2f}"
@@ -635,7 +675,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                       f"{r['predicted_grpc_max_eps']:.2f} | {'yes' if r['ranges_overlap_grpc'] else 'no'} |")
         cells = "".join(f" {r[f'predicted_{m}_eps']:.2f} | {r[f'error_{m}'] * 100:+.1f}% |"
                         + (grpc_extra if m == "grpc" else "") for m in TRANSFER_MODELS)
-        lines.append(f"| {r['setting']} | {hosts} | {r['workers']} | {r['measured_eps']:.2f} | "
+        lines.append(f"| {r['setting']} | {r['api']} | {hosts} | {r['workers']} | {r['measured_eps']:.2f} | "
                      f"{r['measured_min_eps']:.2f}..{r['measured_max_eps']:.2f} | {r['measured_cv'] * 100:.1f}% |"
                      f"{cells} {r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} | {r['outside_load_cores']:.2f}"

@@ -1,0 +1,253 @@
+"""One task of a TF2 ParameterServerStrategy job on hosts of its own:
+``tfsim collect --api tf2-pss --role ps|worker|chief``.
+
+The cluster comes from ``TF_CONFIG`` or ``--cluster-spec`` as for a TF1 job
+(:mod:`tfprofile.harness.tfconfig`), with one more job, ``chief``: the coordinator, as
+TensorFlow names it. Each host runs one ``tfsim collect`` for its task:
+
+- a **PS** or **worker** starts its server (:func:`tfprofile.harness.pss_task.run_server`),
+  whose profiler listens on the task's port plus :data:`PROFILER_PORT_OFFSET`, and serves
+  until the coordinator says the job is over: it writes :func:`done_file` on the task's host
+  through TensorFlow itself (an op placed on that task), and the task's ``tfsim collect``
+  then stops the server and exits 0. Worker 0 dumps the step function's partition graphs
+  into :func:`graph_dump_dir` on its host;
+- the **chief** waits until every PS's and worker's port answers, runs the coordinator
+  (:func:`tfprofile.harness.pss_task.run_coordinator`), which traces every task through its
+  profiler port, reads worker 0's partition graphs through an op placed on worker 0, and
+  alone writes the run directory.
+
+Not yet with one task per host: ``--capture`` and ``--iperf`` (the transfers cross the links
+between the workers and the PS, not the coordinator's), so such a run is profiled, not
+calibrated. This module does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from tfbase.errors import ClusterError, CollectError, UsageError
+from tfbase.load import LoadMeter, reaped_children_s
+from tfprofile.harness.launcher import (
+    INCOMPLETE_SUFFIX,
+    CollectConfig,
+    _die_with_parent,
+    _finish_run_dir,
+    _read_lines,
+    _Task,
+    _task_command,
+)
+from tfprofile.harness.role_options import RoleOptions
+from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
+
+PROFILER_PORT_OFFSET = 10_000  # a server's profiler port: its gRPC port plus this
+DONE_POLL_S = 0.25
+SERVER_JOBS = ("ps", "worker")
+
+
+def profiler_port(address: str) -> int:
+    """The profiler port of the task at ``address`` (``host:port``)."""
+    return split_address(address)[1] + PROFILER_PORT_OFFSET
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", text)
+
+
+def graph_dump_dir(cluster: ClusterSpec) -> str:
+    """Where worker 0 dumps the partition graphs on its host, and the coordinator reads them:
+    a path both compute from the cluster spec."""
+    return f"/tmp/tfsim-pss-graphs-{_safe(cluster.worker[0])}"
+
+
+def done_file(cluster: ClusterSpec, task: TaskId) -> str:
+    """The file on ``task``'s host whose appearance ends the task: the coordinator writes it."""
+    return f"/tmp/tfsim-pss-done-{task.label}-{_safe(cluster.address(task.role, task.index))}"
+
+
+def _device(task: TaskId) -> str:
+    return f"/job:{task.role}/replica:0/task:{task.index}/device:CPU:0"
+
+
+def server_tasks(cluster: ClusterSpec) -> list[TaskId]:
+    return [TaskId(job, i) for job in SERVER_JOBS for i in range(len(cluster.as_dict()[job]))]
+
+
+def check_profiler_ports(cluster: ClusterSpec, where: str) -> None:
+    """Every server's profiler port must be a TCP port and differ from every task's address."""
+    addresses = {a for job in cluster.as_dict().values() for a in job}
+    for task in server_tasks(cluster):
+        address = cluster.address(task.role, task.index)
+        host, _ = split_address(address)
+        port = profiler_port(address)
+        if port > 65535:
+            raise ClusterError(where, f"{task.label}'s port is above {65535 - PROFILER_PORT_OFFSET}: its profiler "
+                                      f"listens on the port plus {PROFILER_PORT_OFFSET}")
+        if f"{host}:{port}" in addresses:
+            raise ClusterError(where, f"{task.label}'s profiler port {port} is another task's address")
+
+
+def _spec(config: CollectConfig, role: RoleOptions, out_dir: Path) -> dict:
+    cluster = role.cluster
+    labels = {t.label: cluster.address(t.role, t.index) for t in server_tasks(cluster)}
+    spec = {
+        "cluster": cluster.as_dict(), "model": config.model, "model_fn": config.model_fn,
+        "batch_size": config.batch_size, "image_size": config.image_size, "num_classes": config.num_classes,
+        "steps": config.steps, "warmup_steps": config.warmup_steps, "trace_every": config.trace_every,
+        "workers": len(cluster.worker), "placement": config.placement,
+        "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
+        "learning_rate": config.learning_rate, "out_dir": str(out_dir.resolve()), "zero_init": config.zero_init,
+        "api": config.api.value, "trace_ms": config.trace_ms,
+        "traced_steps": config.steps if config.traced_steps is None else config.traced_steps,
+        "role": "coordinator" if role.task.is_coordinator else role.task.role, "task_index": role.task.index,
+        "profiler_ports": {label: profiler_port(a) for label, a in labels.items()},
+        "profiler_hosts": {label: split_address(a)[0] for label, a in labels.items()},
+    }
+    if role.task.is_coordinator:
+        spec["graph_dump_dir"] = graph_dump_dir(cluster)
+        spec["graph_dump_device"] = _device(TaskId("worker", 0))
+        spec["done_files"] = {_device(t): done_file(cluster, t) for t in server_tasks(cluster)}
+    elif role.task.is_chief:  # worker 0
+        spec["graph_dump_dir"] = graph_dump_dir(cluster)
+    return spec
+
+
+def _task_env(config: CollectConfig) -> dict:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
+    env.pop("TF_CONFIG", None)  # the task's cluster is in its spec; TF must not read a second one
+    project_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [project_root, env.get("PYTHONPATH", "")]))
+    return env
+
+
+def _start(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) -> tuple[_Task, queue.Queue]:
+    spec = _spec(config, role, out_dir)
+    # The worker index of a step comes from the worker's command line, which names its spec file.
+    spec_path = work / "logs" / f"{spec['role']}{role.task.index}.spec.json"
+    spec_path.write_text(json.dumps(spec, indent=2))
+    log_path = work / "logs" / f"{spec['role']}{role.task.index}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(_task_command(spec_path, []), env=_task_env(config), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
+    return _Task(spec["role"], role.task.index, proc, log_path), lines
+
+
+def wait_servers(role: RoleOptions) -> None:
+    """Wait until every PS's and worker's gRPC port accepts a connection (the coordinator
+    creates their contexts at once), or fail after ``connect_timeout_s`` naming the task."""
+    import socket
+
+    deadline = time.monotonic() + role.connect_timeout_s
+    for task in server_tasks(role.cluster):
+        address = role.cluster.address(task.role, task.index)
+        host, port = split_address(address)
+        while True:
+            try:
+                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)):
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ClusterError(role.task.label, f"{task.label} at {address} is unreachable "
+                                                        f"({exc.strerror or exc}) after {role.connect_timeout_s:g} s "
+                                                        f"(--connect-timeout): is its task started and TCP port "
+                                                        f"{port} open?") from None
+                time.sleep(0.25)
+
+
+def run_pss_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
+                 overwrite: bool = False) -> Path | None:
+    """Run this host's task of a tf2-pss job; return the run directory (the coordinator) or None."""
+    if config.capture or role.iperf or role.iperf_server:
+        raise UsageError("capture", "a tf2-pss job with one task per host is profiled, not captured, for now: "
+                                    "no --capture, --iperf or --iperf-server with --role")
+    check_profiler_ports(role.cluster, role.task.label)
+    if role.task.is_coordinator:
+        return _run_coordinator(config, role, progress=progress, overwrite=overwrite)
+    _run_server(config, role)
+    return None
+
+
+def _run_server(config: CollectConfig, role: RoleOptions) -> None:
+    done = Path(done_file(role.cluster, role.task))
+    done.unlink(missing_ok=True)
+    dump = Path(graph_dump_dir(role.cluster)) if role.task.is_chief else None
+    if dump is not None:
+        shutil.rmtree(dump, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
+    (work / "logs").mkdir()
+    task = None
+    try:
+        task, _ = _start(config, role, work, work)
+        started = time.monotonic()
+        while not done.exists():
+            if task.process.poll() is not None:
+                raise CollectError(f"task {task.label} exited with status {task.process.returncode} before the "
+                                   f"coordinator was done: {task.last_error_line()} (log: {task.log_path})")
+            if time.monotonic() - started > config.timeout_s:
+                raise CollectError(f"{role.task.label}: the coordinator was not done within {config.timeout_s:.0f} s "
+                                   f"(--timeout); log: {task.log_path}")
+            time.sleep(DONE_POLL_S)
+        task.stop()
+    finally:
+        if task is not None:
+            task.stop()
+        done.unlink(missing_ok=True)
+        if dump is not None:
+            shutil.rmtree(dump, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
+    print(f"tfsim: {role.task.label}: the coordinator is done", file=sys.stderr, flush=True)
+
+
+def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool) -> Path:
+    from tfprofile.harness.role import _hosts_record, _watch, say_host_load
+
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    wait_servers(role)
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    (partial / "trace").mkdir(parents=True)
+    (partial / "logs").mkdir()
+    started = time.monotonic()
+    task, bar = None, None
+    try:
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} (coordinator)",
+                       unit="step", file=sys.stderr, dynamic_ncols=True)
+        with LoadMeter(reaped_children_s) as meter:
+            task, lines = _start(config, role, partial, partial)
+            state = _watch(task, lines, config, bar)
+            if not state.finished:
+                raise CollectError(f"the coordinator exited without finishing (log: {task.log_path})")
+            task.stop()
+        say_host_load(role.task.label, meter.sample)
+        hosts = _hosts_record(role)
+        extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
+                 "cluster_source": role.cluster_source, "task": {"role": role.task.role, "index": 0},
+                 "hosts": hosts}
+        _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
+                        time.monotonic() - started, None, extra=extra)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(partial, out)
+        return out
+    finally:
+        if bar is not None:
+            bar.close()
+        if task is not None:
+            task.stop()
