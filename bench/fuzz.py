@@ -764,7 +764,9 @@ def run_command_campaign(names: list[str], runs: int, seed: int, processes: int,
                     for key, count in message[5].items():
                         outcomes[key] = outcomes.get(key, 0) + count
                     message = message[:5]
+                known = {name: set(entry["failures"]) for name, entry in report.items()}
                 _record(report, message)
+                _log_progress(report, message, known)
                 for slot in pool.slots:
                     if slot["task"] is not None and _same_task(slot["task"], message):
                         slot["task"] = None
@@ -773,6 +775,23 @@ def run_command_campaign(names: list[str], runs: int, seed: int, processes: int,
     finally:
         pool.close()
     return report
+
+
+def _log_progress(report: dict, message: tuple, known: dict) -> None:
+    """One line on stderr per finished task: the command's runs so far, and each failure the first
+    time it is seen (so that a long campaign can be followed, and its failures looked at, as it runs)."""
+    stamp = time.strftime("%H:%M:%S")
+    if message[0] == "replay":
+        _, case_id, name, failure = message
+        print(f"{stamp} replayed {case_id}: {'passes' if failure is None else failure}", file=sys.stderr, flush=True)
+        return
+    name = message[1]
+    entry = report[name]
+    print(f"{stamp} {name}: {entry['inputs']:,} runs, {dict(entry.get('outcomes', {}))}", file=sys.stderr,
+          flush=True)
+    for failure in sorted(set(entry["failures"]) - known[name]):
+        print(f"{stamp} {name}: new failure at run {entry['failures'][failure][0]}: {failure}", file=sys.stderr,
+              flush=True)
 
 
 _STOP = multiprocessing.get_context("fork").Event()  # set by the campaign's SIGTERM (or Ctrl-C); seen by the workers
