@@ -617,6 +617,7 @@ def command_worker(tasks, results, progress, options: dict) -> None:
     import ctypes
     import warnings
 
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the campaign's stop is for its parent, which tells us
     warnings.simplefilter("ignore")
     ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: a command's orphans come to us
     scratch = fuzz_targets.scratch_dir()
@@ -648,6 +649,9 @@ def _command_tasks(tasks, results, progress, options: dict, scratch: Path) -> No
         found = {}
         _OUTCOMES.clear()
         for index in range(start, stop):
+            if _STOP.is_set():  # the campaign was told to stop: report the runs made so far
+                stop = index
+                break
             progress.value = index
             failure, (run, where) = command_run(name, seed, index, scratch, options)
             if failure is not None and failure not in found:
@@ -676,6 +680,46 @@ def _warm_up(scratch: Path, options: dict) -> None:
     for name in options["targets"]:
         if name in ("calibrate", "profile"):
             fuzz_commands.small_run_dir()
+    _warm_kernel()
+    _warm_figures()
+
+
+def _warm_kernel() -> None:
+    """Run one small simulation here, so that the compiled event loop is in memory before any fork.
+
+    Each simulation process of a run (a sweep's workers, a traced run's child) is forked from the
+    run; without this, every one of them loads the loop from numba's on-disk cache again (some
+    0.3 s of CPU each, most of a small run's cost)."""
+    import warnings
+
+    from simulate.cluster_file import resolve_cluster
+    from simulate.sweep import _traced, plan_traced_run
+    from tfprofile.profile_io import load_profile
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        profile = load_profile(fuzz_commands_data() / "profiles" / "tiny.npz")
+        cluster = resolve_cluster(None, bandwidth_Bps=1.25e8)
+        _traced(plan_traced_run(profile, cluster, workers=2, transfer="http2", priorities={}, steps=2))
+
+
+def _warm_figures() -> None:
+    """Draw and save one figure with text here, so that a run's figures find matplotlib's fonts
+    and caches loaded (what every run would otherwise load again)."""
+    from tfbase.figures import figure_bytes, pyplot
+
+    fig, ax = pyplot().subplots(figsize=(3, 2), dpi=110)
+    ax.plot([1, 2, 3], [1, 4, 2], label="warm-up")
+    ax.set_title("warm-up")
+    ax.legend()
+    fig.tight_layout()
+    figure_bytes(fig)
+
+
+def fuzz_commands_data() -> Path:
+    from fuzz_commands import DATA
+
+    return DATA
 
 
 def run_command_campaign(names: list[str], runs: int, seed: int, processes: int, options: dict,
@@ -686,14 +730,24 @@ def run_command_campaign(names: list[str], runs: int, seed: int, processes: int,
                for case in cases if case["target"] in names]
     chunk = options.get("chunk", 25)
     counts = {name: options.get("runs_of", {}).get(name, runs) for name in names}
-    pending += [("fuzz", name, seed, start, min(start + chunk, counts[name]))
-                for start in range(0, max(counts.values(), default=0), chunk) for name in names
-                if start < counts[name]]
+    if options.get("in_turn"):  # one command after the other, in the order given
+        pending += [("fuzz", name, seed, start, min(start + chunk, counts[name]))
+                    for name in names for start in range(0, counts[name], chunk)]
+    else:  # the commands side by side: a campaign stopped early has made about as many runs of each
+        pending += [("fuzz", name, seed, start, min(start + chunk, counts[name]))
+                    for start in range(0, max(counts.values(), default=0), chunk) for name in names
+                    if start < counts[name]]
     report = {name: {"inputs": 0, "failures": {}, "replayed": {}} for name in names}
     outstanding = 0
     hard_limit = options["run_seconds"] * 3 + 120
+    stopping = None  # when the stop came (SIGTERM or Ctrl-C)
     try:
         while pending or outstanding:
+            if stopping is None and _STOP.is_set():
+                stopping = time.monotonic()
+                pending.clear()  # the workers end their tasks at the next run and report what they made
+            if stopping is not None and time.monotonic() - stopping > options["run_seconds"] + 60:
+                break  # a worker that does not answer: what it made is lost, the rest is written
             for slot in pool.slots:
                 if slot["task"] is None and pending:
                     slot["task"], slot["since"] = pending.pop(0), time.monotonic()
@@ -710,7 +764,9 @@ def run_command_campaign(names: list[str], runs: int, seed: int, processes: int,
                     for key, count in message[5].items():
                         outcomes[key] = outcomes.get(key, 0) + count
                     message = message[:5]
+                known = {name: set(entry["failures"]) for name, entry in report.items()}
                 _record(report, message)
+                _log_progress(report, message, known)
                 for slot in pool.slots:
                     if slot["task"] is not None and _same_task(slot["task"], message):
                         slot["task"] = None
@@ -719,6 +775,30 @@ def run_command_campaign(names: list[str], runs: int, seed: int, processes: int,
     finally:
         pool.close()
     return report
+
+
+def _log_progress(report: dict, message: tuple, known: dict) -> None:
+    """One line on stderr per finished task: the command's runs so far, and each failure the first
+    time it is seen (so that a long campaign can be followed, and its failures looked at, as it runs)."""
+    stamp = time.strftime("%H:%M:%S")
+    if message[0] == "replay":
+        _, case_id, name, failure = message
+        print(f"{stamp} replayed {case_id}: {'passes' if failure is None else failure}", file=sys.stderr, flush=True)
+        return
+    name = message[1]
+    entry = report[name]
+    print(f"{stamp} {name}: {entry['inputs']:,} runs, {dict(entry.get('outcomes', {}))}", file=sys.stderr,
+          flush=True)
+    for failure in sorted(set(entry["failures"]) - known[name]):
+        print(f"{stamp} {name}: new failure at run {entry['failures'][failure][0]}: {failure}", file=sys.stderr,
+              flush=True)
+
+
+_STOP = multiprocessing.get_context("fork").Event()  # set by the campaign's SIGTERM (or Ctrl-C); seen by the workers
+
+
+def _ask_stop(signum, frame) -> None:
+    _STOP.set()
 
 
 def _watch_commands(pool: Pool, position: int, slot: dict, report: dict, pending: list, hard_limit: float) -> int:
@@ -812,6 +892,11 @@ def markdown_commands(summary: dict, options: dict) -> str:
     total = sum(r["runs"] for r in summary["rows"])
     lines += ["", f"{total:,} command runs in all (exit 0 and exit 2: runs that passed, by their status; runs that "
               "failed are counted under failures, once per distinct failure)."]
+    if summary.get("stopped"):
+        asked = sorted(set(summary.get("runs_asked", {}).values()))
+        lines += ["", "The campaign was stopped (SIGTERM) before it made every run it was asked for"
+                  + (f" ({', '.join(f'{n:,}' for n in asked)} per command)" if asked else "")
+                  + "; the table counts the runs it made."]
     return "\n".join(lines) + "\n"
 
 
@@ -898,6 +983,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs-of", default="", metavar="NAME=N,...",
                         help="with --commands: another number of runs for some commands (e.g. demo=2000)")
     parser.add_argument("--run-seconds", type=float, default=120.0, help="with --commands: time limit of one run")
+    parser.add_argument("--in-turn", action="store_true",
+                        help="with --commands: run the commands one after the other, in the order given, instead "
+                             "of side by side (SIGTERM or Ctrl-C stops a campaign, which then writes what it made)")
     args = parser.parse_args(argv)
     if args.commands:
         return _main_commands(args)
@@ -932,11 +1020,16 @@ def _main_commands(args) -> int:
         raise SystemExit(f"unknown command(s) {', '.join(unknown)}; known: {', '.join(COMMAND_TARGETS)}")
     memory = args.memory_mb if args.memory_mb != 1024 else 3072
     runs_of = {name: int(count) for name, _, count in (item.partition("=") for item in args.runs_of.split(",") if item)}
-    options = {"targets": names, "run_seconds": args.run_seconds, "memory_mb": memory, "runs_of": runs_of}
+    options = {"targets": names, "run_seconds": args.run_seconds, "memory_mb": memory, "runs_of": runs_of,
+               "in_turn": args.in_turn}
     cases = load_command_cases()
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, _ask_stop)
+    signal.signal(signal.SIGINT, _ask_stop)
     report = run_command_campaign(names, args.runs, args.seed, max(1, args.processes), options, cases)
     summary = summarise_commands(report, cases, args.seed, time.monotonic() - started, args.failures)
+    summary["runs_asked"] = {name: runs_of.get(name, args.runs) for name in names}
+    summary["stopped"] = _STOP.is_set()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fuzz-commands.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     (args.out / "fuzz-commands.md").write_text(markdown_commands(summary, options))

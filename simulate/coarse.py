@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from simulate.cluster import ClusterModel
 from simulate.estimate import baseline_predictions, estimate_parameters
+from tfbase.errors import UsageError
 from tfprofile.dag import Profile
 
 BASELINES_BY_MODE = {
@@ -20,6 +21,8 @@ BASELINES_BY_MODE = {
     "sync": ("sync-ps", "sync-fcfs", "sync-hybrid", "sync-hybrid-overlap"),
     "allreduce": ("ring-allreduce",),
 }
+# Every model simulate.estimate.baseline_predictions computes (those of every mode, and PAI's).
+MODELS = (*(model for models in BASELINES_BY_MODE.values() for model in models), "pai", "pai-overlap")
 
 
 def baseline_parameters(profile: Profile, cluster: ClusterModel):
@@ -32,14 +35,26 @@ def baseline_parameters(profile: Profile, cluster: ClusterModel):
 
 
 def baselines(profile: Profile, cluster: ClusterModel, workers: Iterable[int], mode: str = "async"):
-    """A DataFrame with columns ``workers``, ``model``, ``throughput_eps``, ``step_time_s``."""
+    """A DataFrame with columns ``workers``, ``model``, ``throughput_eps``, ``step_time_s``.
+
+    Raises :class:`~tfbase.errors.UsageError` naming ``profile`` for a profile the baselines
+    cannot describe, among them one whose times make a model's step take no time (e.g. no
+    forward or backward computation: ring all-reduce at W = 1 has no transfer either). Cheap
+    (closed forms): call it before a long simulation whose results it will join."""
     import pandas as pd
 
     params = baseline_parameters(profile, cluster)
     wanted = BASELINES_BY_MODE[mode]
     rows = []
     for w in workers:
-        for prediction in baseline_predictions(params, int(w)):
+        try:
+            predictions = baseline_predictions(params, int(w))
+        except UsageError as err:
+            if err.source not in MODELS:
+                raise
+            # Its times come from the profile (the cluster's bandwidth is finite): the profile is at fault.
+            raise UsageError("profile", f"the {err.source} baseline at W = {int(w)}: {err.problem}") from None
+        for prediction in predictions:
             if prediction.model in wanted:
                 rows.append({"workers": int(w), "model": prediction.model,
                              "throughput_eps": prediction.throughput_eps, "step_time_s": prediction.step_time_s})

@@ -550,3 +550,22 @@ def test_baselines_scale_sensibly(bundled):
         if previous is not None:
             assert results["lin-async"].throughput_eps >= previous["lin-async"].throughput_eps
         previous = results
+
+
+def test_baselines_blame_the_profile_for_a_step_that_takes_no_time():
+    """A profile without computation time: ring all-reduce at W = 1 has no transfer either, so the
+    coarse baselines refuse the profile (naming it), not one of their models."""
+    import dataclasses
+
+    from simulate import load_cluster
+    from simulate.coarse import baselines
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    profile = load_profile(data / "profiles" / "tiny.npz")
+    cluster = load_cluster(data / "clusters" / "lab-1gbit.json")
+    assert len(baselines(profile, cluster, [1, 2])) == 8  # the four async models at each W
+    idle = dataclasses.replace(profile, duration_s=np.zeros_like(profile.duration_s))
+    with pytest.raises(UsageError) as caught:
+        baselines(idle, cluster, [2, 1])
+    assert caught.value.source == "profile"
+    assert caught.value.problem.startswith("the ring-allreduce baseline at W = 1: every time is zero")

@@ -410,3 +410,19 @@ def test_a_bad_worker_speed(tmp_path, capsys, command, speed, needle):
     one_error(capsys, [command, TINY, "--cluster", CLUSTER, "--workers", "2", *FAST, *out, "--worker-speed", speed],
               "--worker-speed: ", needle)
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_a_profile_whose_ops_take_no_time_fails_before_the_sweep(tmp_path, capsys, command):
+    """Durations cast to whole seconds are all 0: ring all-reduce's step at W = 1 (no transfer) takes
+    no time. Found by the command fuzz campaign after the sweep, below a warning; now one line
+    before it, naming the file."""
+    members = _profile_members()
+    members["duration_s"] = members["duration_s"].astype(np.int64)
+    profile = _npz(tmp_path, members)
+    fast = FAST if command == "report" else COMPARE_FAST
+    out = ["--out", tmp_path / "r"] if command == "report" else []
+    line = one_error(capsys, [command, profile, "--bandwidth", "1gbit", "--workers", "1-3", *fast, *out],
+                     "p.npz", "the ring-allreduce baseline at W = 1", "every time is zero")
+    assert "warning" not in line
+    assert not (tmp_path / "r").exists()

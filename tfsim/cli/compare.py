@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from simulate.cluster_file import resolve_cluster
-    from simulate.coarse import baseline_parameters, baselines
+    from simulate.coarse import baselines
     from simulate.sweep import default_jobs, parse_workers, plan_sweep
     from tfbase.errors import InputError, UsageError
     from tfbase.figures import save_figure
@@ -71,21 +71,20 @@ def run(args) -> int:
         measured = read_measured(args.measured, args.setting) if args.measured else None
         if measured is not None:
             check_measured_in_sweep(measured, workers, args.measured)
-        try:  # the baselines' inputs, checked before the sweep
-            baseline_parameters(profile, cluster)
-        except UsageError as err:
-            if err.source != "profile":
-                raise
-            raise InputError(args.profile, err.problem) from None
         sweep = plan_sweep(profile, cluster, workers=workers, mode=args.mode, steps=args.steps,
                            warmup=min(50, args.steps // 5), cores=args.cores,
                            colocation=task_hosts(args), seed=args.seed, replicas=args.replicas,
                            tie_order=args.tie_order)
+        try:  # the baselines (closed forms) before the sweep runs: a profile they cannot describe fails at once
+            base = baselines(profile, cluster, workers, args.mode)
+        except UsageError as err:
+            if err.source != "profile":
+                raise
+            raise InputError(args.profile, err.problem) from None
         run_options = sweep_journal(run_options, [sweep])
         console.release()
 
         simulated = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, **run_options)
-        base = baselines(profile, cluster, workers, args.mode)
         table = comparison_table(simulated, base, measured)
         out = console.out
         print(table.to_string(index=False, float_format=lambda x: f"{x:,.3f}"), file=out)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from simulate.cluster import parse_latency
 from simulate.cluster_file import resolve_cluster
-from simulate.coarse import baseline_parameters, baselines
+from simulate.coarse import baselines
 from simulate.config import MAX_TRACE_CHUNKS, Enforcement, TaskHosts, TieOrder
 from simulate.executors import parse_executor
 from simulate.orderings import ORDER_REFERENCE, expand_random, ordering_priorities
@@ -203,6 +203,7 @@ class ReportPlan:
     journal: object = None  # the checked journal (simulate.sweep_journal.SweepJournal), or None
     other_sweep: object | None = None  # the orders under the other enforcement (None: no order it accepts)
     strict_refused: tuple[str, ...] = ()  # orders strict enforcement refuses (the what-if's other side)
+    baselines: object = None  # the coarse baselines over the sweep's W (simulate.coarse.baselines), computed here
 
     @property
     def sweeps(self) -> tuple:
@@ -243,7 +244,7 @@ def plan_report(request: ReportRequest) -> ReportPlan:
                         cores=request.cores, colocation=request.hosts, steps=GANTT_STEPS, seed=request.seed,
                         tie_order=request.tie_order, workers_parameter="gantt_workers")
     try:  # a profile the baselines cannot describe fails before the sweep, naming its file
-        baseline_parameters(profile, cluster)
+        base = baselines(profile, cluster, workers, request.mode)
     except UsageError as err:
         if err.source != "profile":
             raise
@@ -263,7 +264,7 @@ def plan_report(request: ReportRequest) -> ReportPlan:
     limit = max(1, MAX_TRACE_CHUNKS // trace_chunks(profile, 1, GANTT_STEPS))
     plan = ReportPlan(request, profile, cluster, measured, workers, reference, transfers, priorities, sweep, limit,
                       stragglers, executor=parse_executor(request.executor), other_sweep=other_sweep,
-                      strict_refused=refused)
+                      strict_refused=refused, baselines=base)
     if request.resume and request.journal is None:
         raise UsageError("resume", "needs a journal to resume from")
     if request.journal is not None:  # checked against every sweep before any runs
@@ -350,7 +351,7 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
 
     say("[3/4] coarse analytical baselines" + (f" and the measurements of {request.measured_path}"
                                                if measured is not None else ""))
-    base = baselines(profile, cluster, workers, request.mode)
+    base = plan.baselines
     reference_rows = frame[frame["policy"] == reference]
     comparison = comparison_table(reference_rows[["workers", "throughput_eps"]], base, measured)
 
