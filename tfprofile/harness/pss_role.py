@@ -47,6 +47,7 @@ from tfprofile.harness.launcher import (
     _task_command,
 )
 from tfprofile.harness.role_options import RoleOptions
+from tfprofile.harness.role_watch import hosts_record, say_host_load, watch_task
 from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
 
 PROFILER_PORT_OFFSET = 10_000  # a server's profiler port: its gRPC port plus this
@@ -210,7 +211,6 @@ def _run_server(config: CollectConfig, role: RoleOptions) -> None:
 
 
 def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool) -> Path:
-    from tfprofile.harness.role import _hosts_record, _watch, say_host_load
 
     out = config.out_dir
     if out.exists() and not overwrite:
@@ -231,12 +231,12 @@ def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool
                        unit="step", file=sys.stderr, dynamic_ncols=True)
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start(config, role, partial, partial)
-            state = _watch(task, lines, config, bar)
+            state = watch_task(task, lines, config, bar)
             if not state.finished:
                 raise CollectError(f"the coordinator exited without finishing (log: {task.log_path})")
             task.stop()
         say_host_load(role.task.label, meter.sample)
-        hosts = _hosts_record(role)
+        hosts = hosts_record(role)
         extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
                  "cluster_source": role.cluster_source, "task": {"role": role.task.role, "index": 0},
                  "hosts": hosts}

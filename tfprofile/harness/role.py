@@ -22,7 +22,6 @@ TensorFlow.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import queue
@@ -36,7 +35,7 @@ import time
 from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
-from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES, LoadMeter, LoadSample, reaped_children_s
+from tfbase.load import LoadMeter, reaped_children_s
 from tfprofile.harness.capture import (
     IperfServer,
     Tcpdump,
@@ -60,8 +59,7 @@ from tfprofile.harness.launcher import (
     _task_command,
 )
 from tfprofile.harness.role_options import RoleOptions
-from tfprofile.harness.task import DISAGREEMENT_STATUS
-from tfprofile.harness.task_common import PROGRESS_PREFIX
+from tfprofile.harness.role_watch import hosts_record, say_host_load, watch_task
 from tfprofile.harness.tfconfig import ClusterSpec, split_address
 
 AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes", "steps", "warmup_steps",
@@ -114,16 +112,6 @@ def wait_reachable(role: RoleOptions) -> None:
                 time.sleep(0.25)
 
 
-@dataclasses.dataclass
-class _Watch:
-    """What the task reported so far on its progress channel."""
-
-    steps: int = 0
-    finished: bool = False
-    batch_size: int = 0
-    error: dict | None = None
-
-
 def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) -> tuple[_Task, queue.Queue]:
     label = role.task.label
     spec_path = work / "logs" / f"{label}.spec.json"
@@ -135,50 +123,6 @@ def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: P
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
     return _Task(role.task.role, role.task.index, proc, log_path), lines
-
-
-def _watch(task: _Task, lines: queue.Queue, config: CollectConfig, bar=None) -> _Watch:
-    """Follow the task until it exits; enforce the startup and run timeouts."""
-    state, started, ended = _Watch(), time.monotonic(), False
-    while True:
-        try:
-            line = lines.get(timeout=0.2)
-        except queue.Empty:
-            line = ""
-        if line is None:
-            ended = True
-        elif line.startswith(PROGRESS_PREFIX):
-            _apply(state, json.loads(line[len(PROGRESS_PREFIX):]), bar)
-        code = task.process.poll()
-        if code is not None and ended:
-            break
-        elapsed = time.monotonic() - started
-        if task.role == "worker" and state.steps == 0 and elapsed > config.startup_timeout_s:
-            raise CollectError(f"{task.label}: no training step within {config.startup_timeout_s:.0f} s: the tasks "
-                               f"could not start or reach each other (log: {task.log_path})")
-        if elapsed > config.timeout_s:
-            raise CollectError(f"{task.label}: did not finish within {config.timeout_s:.0f} s (--timeout); "
-                               f"log: {task.log_path}")
-    if state.error is not None and state.error["status"] == DISAGREEMENT_STATUS:
-        raise ClusterError(None, state.error["message"])
-    if state.error is not None:
-        raise CollectError(state.error["message"])
-    if task.process.returncode != 0:
-        raise CollectError(f"task {task.label} exited with status {task.process.returncode}: "
-                           f"{task.last_error_line()} (log: {task.log_path})")
-    return state
-
-
-def _apply(state: _Watch, event: dict, bar) -> None:
-    if event["kind"] == "step":
-        state.steps = event["step"]
-        if bar is not None:
-            bar.update(event["step"] - bar.n)
-            bar.set_postfix(step_s=f"{event['wall_s']:.3f}", traced=event["traced"])
-    elif event["kind"] == "finished":
-        state.finished, state.batch_size = True, event["batch_size"]
-    elif event["kind"] == "error":
-        state.error = event
 
 
 def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
@@ -204,7 +148,7 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
         capture = PsCapture.start(config.out_dir, capture_dir, role) if capture_dir is not None else None
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start_task(config, role, work, work)
-            _watch(task, lines, config)
+            watch_task(task, lines, config)
             task.stop()  # reaped: its CPU time is counted as the task's own
             if capture is not None:  # tcpdump's CPU time too: it is part of the measurement
                 capture.stop(role)
@@ -221,14 +165,6 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
     say_host_load(role.task.label, meter.sample)
     return out
-
-
-def say_host_load(label: str, sample: LoadSample) -> None:
-    """One stderr line: this host's load while its task ran, and how much of it was not the task."""
-    print(f"tfsim: host of {label}: {sample.machine_cores:.2f} cores busy while the task ran, "
-          f"{sample.outside_cores:.2f} beyond the task's own"
-          + (f" (more than {OUTSIDE_LOAD_LIMIT_CORES:g}: this run was measured on a loaded host)"
-             if sample.flagged else ""), file=sys.stderr, flush=True)
 
 
 def _ps_hosts(cluster: ClusterSpec) -> dict[str, list[int]]:
@@ -291,16 +227,6 @@ def _placement_record(config: CollectConfig, role: RoleOptions, run_dir: Path) -
     return {"strategy": config.placement, "ps_tasks": len(role.cluster.ps), "bytes_per_ps": per_ps}
 
 
-def _hosts_record(role: RoleOptions) -> dict:
-    resolved = role.cluster.resolved()
-    hosts = {}
-    for job in ("ps", "worker", "chief"):  # a tf2-pss job's coordinator is the "chief"
-        for i, (given, ip) in enumerate(zip(getattr(role.cluster, job), getattr(resolved, job))):
-            hosts[f"{job}{i}"] = {"address": given, "ip": split_address(ip)[0]}
-    hosts[role.task.label]["hostname"] = socket.gethostname()
-    return hosts
-
-
 def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
                overwrite: bool) -> Path:
     out = config.out_dir
@@ -330,7 +256,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
                        unit="step", file=sys.stderr, dynamic_ncols=True)
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start_task(config, role, partial, partial)
-            state = _watch(task, lines, config, bar)
+            state = watch_task(task, lines, config, bar)
             if not state.finished:
                 raise CollectError(f"worker0 exited without finishing (log: {task.log_path})")
             task.stop()  # reaped: its CPU time is counted as the task's own
@@ -341,7 +267,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
         say_host_load("worker0", meter.sample)
         extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
                  "cluster_source": role.cluster_source,
-                 "task": {"role": "worker", "index": 0}, "hosts": _hosts_record(role),
+                 "task": {"role": "worker", "index": 0}, "hosts": hosts_record(role),
                  "placement": _placement_record(config, role, partial), "iperf3_links": links}
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
                         time.monotonic() - started, capture_record, extra=extra)
