@@ -38,7 +38,6 @@ from pathlib import Path
 from tfbase.errors import ClusterError, CollectError, UsageError
 from tfbase.load import LoadMeter, reaped_children_s
 from tfprofile.harness.launcher import (
-    INCOMPLETE_SUFFIX,
     CollectConfig,
     _die_with_parent,
     _finish_run_dir,
@@ -47,7 +46,14 @@ from tfprofile.harness.launcher import (
     _task_command,
 )
 from tfprofile.harness.role_options import RoleOptions
-from tfprofile.harness.role_watch import hosts_record, say_host_load, watch_task
+from tfprofile.harness.role_watch import (
+    fresh_partial_dir,
+    hosts_record,
+    publish_run_dir,
+    say_host_load,
+    step_bar,
+    watch_task,
+)
 from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
 
 PROFILER_PORT_OFFSET = 10_000  # a server's profiler port: its gRPC port plus this
@@ -216,19 +222,12 @@ def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
     wait_servers(role)
-    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
-    if partial.exists():
-        shutil.rmtree(partial)
-    (partial / "trace").mkdir(parents=True)
-    (partial / "logs").mkdir()
+    partial = fresh_partial_dir(out)
     started = time.monotonic()
     task, bar = None, None
     try:
         if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} (coordinator)",
-                       unit="step", file=sys.stderr, dynamic_ncols=True)
+            bar = step_bar(config, "coordinator")
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start(config, role, partial, partial)
             state = watch_task(task, lines, config, bar)
@@ -242,9 +241,7 @@ def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool
                  "hosts": hosts}
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
                         time.monotonic() - started, None, extra=extra)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(partial, out)
+        publish_run_dir(partial, out)
         return out
     finally:
         if bar is not None:

@@ -49,7 +49,6 @@ from tfprofile.harness.capture import (
 )
 from tfprofile.harness.capture_site import CaptureDuty, PsCapture, capture_duty, chief_record
 from tfprofile.harness.launcher import (
-    INCOMPLETE_SUFFIX,
     CollectConfig,
     TrainingApi,
     _die_with_parent,
@@ -59,7 +58,14 @@ from tfprofile.harness.launcher import (
     _task_command,
 )
 from tfprofile.harness.role_options import RoleOptions
-from tfprofile.harness.role_watch import hosts_record, say_host_load, watch_task
+from tfprofile.harness.role_watch import (
+    fresh_partial_dir,
+    hosts_record,
+    publish_run_dir,
+    say_host_load,
+    step_bar,
+    watch_task,
+)
 from tfprofile.harness.tfconfig import ClusterSpec, split_address
 
 AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes", "steps", "warmup_steps",
@@ -238,11 +244,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
     if role.iperf:
         require_tools("iperf3")
     wait_reachable(role)
-    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
-    if partial.exists():
-        shutil.rmtree(partial)
-    (partial / "trace").mkdir(parents=True)
-    (partial / "logs").mkdir()
+    partial = fresh_partial_dir(out)
     started = time.monotonic()
     links = _measure_links(config, role, partial) if role.iperf else []
     task, tcpdump, bar = None, None, None
@@ -250,10 +252,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
         if duty is CaptureDuty.CAPTURE:
             tcpdump, capture = _start_capture(role, partial)
         if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} (worker0)",
-                       unit="step", file=sys.stderr, dynamic_ncols=True)
+            bar = step_bar(config, "worker0")
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start_task(config, role, partial, partial)
             state = watch_task(task, lines, config, bar)
@@ -271,9 +270,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
                  "placement": _placement_record(config, role, partial), "iperf3_links": links}
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
                         time.monotonic() - started, capture_record, extra=extra)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(partial, out)
+        publish_run_dir(partial, out)
         if duty is CaptureDuty.RECORD:
             print(f"tfsim: the capture was taken on ps0 ({capture_record['taken_on']}): copy "
                   f"{capture_record['file']} and {capture_record['record']} from its --out directory into {out}",

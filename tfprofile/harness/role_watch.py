@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import queue
+import shutil
 import socket
 import sys
 import time
+from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES, LoadSample
-from tfprofile.harness.launcher import CollectConfig, _Task
+from tfprofile.harness.launcher import INCOMPLETE_SUFFIX, CollectConfig, _Task
 from tfprofile.harness.role_options import RoleOptions
 from tfprofile.harness.task import DISAGREEMENT_STATUS
 from tfprofile.harness.task_common import PROGRESS_PREFIX
@@ -95,3 +98,29 @@ def hosts_record(role: RoleOptions) -> dict:
             hosts[f"{job}{i}"] = {"address": given, "ip": split_address(ip)[0]}
     hosts[role.task.label]["hostname"] = socket.gethostname()
     return hosts
+
+
+def fresh_partial_dir(out: Path) -> Path:
+    """The directory a chief or coordinator writes its run into before it is complete
+    (``out`` + :data:`INCOMPLETE_SUFFIX`), emptied, with its ``trace`` and ``logs``."""
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    (partial / "trace").mkdir(parents=True)
+    (partial / "logs").mkdir()
+    return partial
+
+
+def step_bar(config: CollectConfig, who: str):
+    """A progress bar over the run's steps, on stderr."""
+    from tqdm import tqdm
+
+    return tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} ({who})", unit="step",
+                file=sys.stderr, dynamic_ncols=True)
+
+
+def publish_run_dir(partial: Path, out: Path) -> None:
+    """Put the complete run directory in place of ``out`` (replacing an older one)."""
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
