@@ -278,3 +278,33 @@ def test_a_many_ps_setting_can_be_profiled_with_one_ps(tmp_path, monkeypatch):
     path.write_text('[[setting]]\nmodel = "tiny"\nrate = "100mbit"\nps = 2\nprofile_ps = 1\n')
     (read,) = read_settings(path)
     assert (read.ps_tasks, read.profiled_ps) == (2, 1)
+
+
+def test_the_matrix_preset_is_the_published_matrix():
+    """``tfsim lab --preset matrix`` runs what bench/results/lab-2026-11-26-matrix published."""
+    from pathlib import Path
+
+    from tfsim.lab.validate import PRESETS
+
+    published = Path(__file__).parent.parent / "bench" / "results" / "lab-2026-11-26-matrix" / "matrix.toml"
+    assert tuple(read_settings(published)) == PRESETS["matrix"]
+    assert {s.model for s in PRESETS["matrix"]} == {"tiny", "recommender", "convnet", "wide_mlp"}
+    assert all(s.workers == (1, 2, 3, 4, 5, 6) for s in PRESETS["matrix"])
+
+
+@pytest.mark.tensorflow
+def test_the_convnet_model_has_its_documented_size_and_trains():
+    """The matrix's compute-bound model: about 1.34 M parameters (5.4 MB each way per step)."""
+    code = (
+        "import types, tensorflow as tf\n"
+        "tf1 = tf.compat.v1; tf1.disable_eager_execution()\n"
+        "from tfsim.lab.models import convnet\n"
+        "loss, batch = convnet(types.SimpleNamespace(batch_size=8, zero_init=False))\n"
+        "step = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)\n"
+        "n = sum(v.shape.num_elements() for v in tf1.trainable_variables())\n"
+        "with tf1.Session() as s:\n"
+        "    s.run(tf1.global_variables_initializer()); first = s.run(loss); s.run(step)\n"
+        "print(n, batch, first > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.split()[-3:] == ["1341226", "8", "True"]

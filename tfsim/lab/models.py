@@ -3,6 +3,10 @@
 ``recommender``: an embedding-heavy recommender-style job, the kind whose W-worker runs
 fall below the predicted link limit (bench/results/study-w4/REPORT.md).
 
+``convnet``: a small image classifier whose computation outweighs its transfers on a fast
+link (about 1.4 M parameters, 5.5 MB each way per step), the compute-bound corner of the
+lab's matrix; on a slow link it turns link-bound within a few workers.
+
 - Three embedding tables live on the PS (``replica_device_setter`` places the variables
   there); ``tf.nn.embedding_lookup`` colocates each gather with its table, so the lookups
   run on the PS: the worker's ids cross to the PS, the gathered rows come back.
@@ -64,3 +68,37 @@ def recommender(options):
     labels = tf.cast(tf1.random.uniform([batch, 1], maxval=2, dtype=tf.int32), tf.float32)
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
     return loss, batch
+
+
+# Per stage, the filters of two 3x3 convolutions followed by a 2x2 max-pool (VGG's pattern: the
+# second convolution adds computation, hardly any parameters); then one hidden dense layer.
+CONV_STAGES = (32, 64, 128)
+CONVS_PER_STAGE = 2
+CONV_HIDDEN = 512
+CONV_IMAGE_SIZE = 32
+CONV_CLASSES = 10
+
+
+def convnet(options):
+    """Three conv + pool stages and two dense layers on synthetic 32 px images, all on the worker."""
+    batch = int(options.batch_size or 64)
+    x = tf1.random.uniform([batch, CONV_IMAGE_SIZE, CONV_IMAGE_SIZE, 3], name="synthetic_images")
+    for stage, filters in enumerate(CONV_STAGES):
+        for k in range(CONVS_PER_STAGE):
+            with tf1.variable_scope(f"conv{stage}_{k}"):
+                w = tf1.get_variable("weights", [3, 3, int(x.shape[-1]), filters],
+                                     initializer=_init(options, tf1.glorot_uniform_initializer()))
+                b = tf1.get_variable("biases", [filters], initializer=tf1.zeros_initializer())
+                x = tf.nn.relu(tf.nn.conv2d(x, w, strides=1, padding="SAME") + b)
+        x = tf.nn.max_pool2d(x, 2, 2, "VALID")
+    x = tf.reshape(x, [batch, -1])
+    for name, units in (("hidden", CONV_HIDDEN), ("logits", CONV_CLASSES)):
+        with tf1.variable_scope(name):
+            w = tf1.get_variable("weights", [int(x.shape[-1]), units],
+                                 initializer=_init(options, tf1.glorot_uniform_initializer()))
+            b = tf1.get_variable("biases", [units], initializer=tf1.zeros_initializer())
+            x = tf.matmul(x, w) + b
+            if name == "hidden":
+                x = tf.nn.relu(x)
+    labels = tf1.random.uniform([batch], maxval=CONV_CLASSES, dtype=tf.int32, name="synthetic_labels")
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=x)), batch

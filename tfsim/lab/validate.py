@@ -179,29 +179,30 @@ MIN_QUOTA_CORES = 0.05
 
 SMALL_WINDOW = "grpc.http2.bdp_probe=0,grpc.http2.lookahead_bytes=65535"
 
+MATRIX_WORKERS = (1, 2, 3, 4, 5, 6)
 PRESETS: dict[str, tuple[LabSetting, ...]] = {
     "quick": (
         LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=(1, 2), profile_steps=16, measure_steps=16,
                    warmup_steps=2),
     ),
-    # Three models whose traffic spans three orders of magnitude (0.5, 30 and 100 MB per step and
-    # direction), each at two link rates where its transfers and its computation take comparable
-    # time on this machine; a pinned small window; two PS. About 30 minutes here.
+    # The published matrix (bench/results/lab-2026-11-26-matrix): four models whose steps span
+    # computation-bound to link-bound (tiny 0.5 MB per step and direction, the recommender 2.2 MB
+    # with its lookups on the PS, convnet 5.4 MB behind 0.3 s of computation, wide_mlp 28 MB),
+    # each at two link rates, W = 1..6, every task an equal share of the machine. Measured steps
+    # per run differ by model so that 3 repetitions of every point fit in about 75 minutes here.
     "matrix": (
-        LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, profile_steps=16, measure_steps=24, warmup_steps=3),
-        LabSetting("tiny-50mbit", "tiny", 32, 50_000_000, profile_steps=16, measure_steps=24, warmup_steps=3),
-        LabSetting("wide_mlp-1gbit", "wide_mlp", 16, 1_000_000_000, profile_steps=16, measure_steps=16,
-                   warmup_steps=2),
-        LabSetting("wide_mlp-500mbit", "wide_mlp", 16, 500_000_000, profile_steps=16, measure_steps=14,
-                   warmup_steps=2),
-        LabSetting("resnet50-2gbit", "resnet50", 4, 2_000_000_000, image_size=32, profile_steps=16,
-                   measure_steps=10, warmup_steps=2),
-        LabSetting("resnet50-1gbit", "resnet50", 4, 1_000_000_000, image_size=32, profile_steps=16,
-                   measure_steps=10, warmup_steps=2),
-        LabSetting("wide_mlp-1gbit-smallwin", "wide_mlp", 16, 1_000_000_000, profile_steps=16, measure_steps=12,
-                   warmup_steps=2, grpc_options=SMALL_WINDOW),
-        LabSetting("wide_mlp-1gbit-2ps", "wide_mlp", 16, 1_000_000_000, profile_steps=16, measure_steps=16,
-                   warmup_steps=2, ps_tasks=2),
+        LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=MATRIX_WORKERS, measure_steps=60),
+        LabSetting("tiny-50mbit", "tiny", 32, 50_000_000, workers=MATRIX_WORKERS, measure_steps=40),
+        LabSetting("recommender-400mbit", "recommender", 256, 400_000_000, workers=MATRIX_WORKERS,
+                   measure_steps=40, model_fn="tfsim.lab.models:recommender"),
+        LabSetting("recommender-1gbit", "recommender", 256, 1_000_000_000, workers=MATRIX_WORKERS,
+                   measure_steps=40, model_fn="tfsim.lab.models:recommender"),
+        LabSetting("convnet-1gbit", "convnet", 64, 1_000_000_000, workers=MATRIX_WORKERS, measure_steps=30,
+                   model_fn="tfsim.lab.models:convnet"),
+        LabSetting("convnet-200mbit", "convnet", 64, 200_000_000, workers=MATRIX_WORKERS, measure_steps=30,
+                   model_fn="tfsim.lab.models:convnet"),
+        LabSetting("wide_mlp-1gbit", "wide_mlp", 16, 1_000_000_000, workers=MATRIX_WORKERS, measure_steps=20),
+        LabSetting("wide_mlp-500mbit", "wide_mlp", 16, 500_000_000, workers=MATRIX_WORKERS, measure_steps=16),
     ),
 }
 
