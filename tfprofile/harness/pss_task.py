@@ -14,7 +14,11 @@ Run by :mod:`tfprofile.harness.task` when the spec's ``api`` is ``tf2-pss`` (doc
   writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
   task), ``graphs/*.pbtxt.gz`` (the partition graphs), ``variables.json``, ``tensors.json``
   (the size of every tensor of the training function, which the traces do not record),
-  per-worker step times and ``versions.json``.
+  per-worker step times and ``versions.json``. With a host per task it first checks what each
+  server's host does beside training and fetches iperf3's results from worker 0's host, and
+  after the last step the capture from the host that took it
+  (:mod:`tfprofile.harness.pss_handoff`); then it tells every server's host that the job is
+  over (or, when it stops early, that it failed).
 
 A model is the same function as for TF1 (``f(options) -> (loss, batch_size)``, written with
 ``tf.compat.v1`` ops on its own synthetic input). Wrapped in ``tf.compat.v1.make_template``,
