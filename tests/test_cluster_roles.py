@@ -713,13 +713,19 @@ def _run_pss_job(pss_lab, tasks, out: Path, server_args: dict, *chief_args: str)
 
 @needs_lab
 @pytest.mark.tensorflow
-def test_tf2_pss_job_with_a_host_per_task_captures_and_calibrates(pss_lab, tasks, tmp_path):
-    """Worker 0's host captures and measures the link to the PS; the coordinator fetches both into its
-    run directory, which calibrate reads like a one-host tf2-pss run: a bandwidth and a window."""
+@pytest.mark.parametrize("site", ["chief-worker", "ps"])
+def test_tf2_pss_job_with_a_host_per_task_captures_and_calibrates(site, pss_lab, tasks, tmp_path):
+    """Worker 0's host (or PS 0's) captures, worker 0's measures the link to the PS; the coordinator
+    fetches both into its run directory, which calibrate reads like a one-host tf2-pss run: a
+    bandwidth and a window each way."""
     pytest.importorskip("tensorflow")
     run = tmp_path / "run"
-    chief, servers = _run_pss_job(pss_lab, tasks, run, {"ps": ("--iperf-server",), "worker": ("--capture",)},
-                                  "--capture", "--iperf", "--iperf-repeats", "1", "--iperf-seconds", "1")
+    at = ("--capture", "--capture-at", site)
+    taker = "ps" if site == "ps" else "worker"
+    server_args = {"ps": ("--iperf-server", *at) if taker == "ps" else ("--iperf-server",),
+                   "worker": at if taker == "worker" else ()}
+    chief, servers = _run_pss_job(pss_lab, tasks, run, server_args, *at, "--iperf", "--iperf-repeats", "1",
+                                  "--iperf-seconds", "1")
     assert chief.returncode == 0, chief.stderr[-3000:]
     for code, err in servers:
         assert code == 0 and "the coordinator is done" in err, err[-2000:]
@@ -728,9 +734,10 @@ def test_tf2_pss_job_with_a_host_per_task_captures_and_calibrates(pss_lab, tasks
     record = json.loads((run / "run.json").read_text())
     capture = record["capture"]
     assert (capture["host"], capture["file"], capture["interface"], capture["taken_on"]) == (
-        "worker0", "capture.pcap.gz", "eth0", w0_ip)
-    assert capture["filter"] == f"tcp and ((host {ps_ip} and port 2222))" and capture["captured"] > 100
-    assert record["config"]["capture"] and record["config"]["capture_site"] == "chief-worker"
+        f"{taker}0", "capture.pcap.gz", "eth0", ps_ip if taker == "ps" else w0_ip)
+    peer = w0_ip if taker == "ps" else ps_ip
+    assert capture["filter"] == f"tcp and ((host {peer} and port 2222))" and capture["captured"] > 100
+    assert record["config"]["capture"] and record["config"]["capture_site"] == site
     assert record["iperf3"] == ["downlink_0.json", "uplink_0.json"]
     assert record["iperf3_links"] == [{"host": ps_ip, "ps_tasks": [0],
                                        "files": ["uplink_0.json", "downlink_0.json"]}]
