@@ -140,6 +140,38 @@ def test_a_tf2_pss_cluster_has_its_coordinator_as_chief():
 PSS_SPEC = {"chief": ["127.0.0.1:5"], "ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3", "127.0.0.1:4"]}
 
 
+def test_a_server_host_answers_the_coordinator_in_its_handoff_directory(tmp_path, monkeypatch):
+    """The manifest says what the host does; a request it cannot serve is answered with an error that
+    the host raises too once released; closing removes the directory."""
+    from tfprofile.harness import pss_handoff
+    from tfprofile.harness.capture_site import CaptureDuty
+    from tfprofile.harness.launcher import CollectConfig, TrainingApi
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+    monkeypatch.setattr(pss_handoff, "handoff_dir", lambda cluster, task: str(tmp_path / task.label))
+    cluster = ClusterSpec(("10.0.0.1:2222",), ("10.0.0.3:2222",), ("10.0.0.9:2222",))
+    role = RoleOptions(TaskId("ps", 0), cluster, iperf_server=False)
+    host = pss_handoff.HandoffHost.open(CollectConfig(tmp_path / "run", api=TrainingApi.TF2_PSS), role,
+                                        CaptureDuty.NONE)
+    manifest = json.loads((tmp_path / "ps0" / "manifest.json").read_text())
+    assert {k: manifest[k] for k in ("format", "task", "capture_site", "iperf_server")} == {
+        "format": "tfsim.pss-handoff/1", "task": "ps0", "capture_site": None, "iperf_server": False}
+    host.serve()
+    assert not (tmp_path / "ps0" / "capture.json").exists()  # nothing asked yet
+    (tmp_path / "ps0" / "capture.request").write_text('{"sto')  # seen half written: asked again later
+    host.serve()
+    assert not (tmp_path / "ps0" / "capture.json").exists()
+    (tmp_path / "ps0" / "capture.request").write_text('{"stop": true}')
+    host.serve()
+    assert json.loads((tmp_path / "ps0" / "capture.json").read_text()) == {
+        "error": "ps0: takes no capture (capture)", "status": 2}
+    with pytest.raises(ClusterError, match=r"^ps0: takes no capture \(capture\)$"):
+        host.finish(pss_handoff.SERVERS_FAILED)
+    host.close()
+    assert not (tmp_path / "ps0").exists()
+
+
 @pytest.mark.parametrize(("task", "extra", "message"), [
     ("worker1", ("--capture",),
      "--capture: in a tf2-pss job the capture runs on worker0 (and the coordinator fetches it), not on worker1"),
