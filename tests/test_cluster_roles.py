@@ -137,17 +137,176 @@ def test_a_tf2_pss_cluster_has_its_coordinator_as_chief():
             coordinator=True)[0], "ps0")
 
 
-def test_tf2_pss_tasks_refuse_what_they_cannot_do_yet(tmp_path, capsys, monkeypatch):
-    from cli_runner import run as cli
+PSS_SPEC = {"chief": ["127.0.0.1:5"], "ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3", "127.0.0.1:4"]}
 
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"chief": ["a:1"], "ps": ["b:1"], "worker": ["c:1"]},
-                                                "task": {"type": "chief"}}))
-    code, _, err = cli(["collect", "--api", "tf2-pss", "--capture", "--out", tmp_path / "run"], capsys)
-    assert code == 2 and err.strip().splitlines() == [
-        "tfsim: error: --capture: not yet for a tf2-pss job with one task per host (--role): it is profiled, not "
-        "captured"]
-    code, _, err = cli(["collect", "--api", "tf2-pss"], capsys)  # the coordinator writes the run directory
-    assert code == 2 and "--out" in err
+
+def test_a_server_host_answers_the_coordinator_in_its_handoff_directory(tmp_path, monkeypatch):
+    """The manifest says what the host does; a request it cannot serve is answered with an error that
+    the host raises too once released; closing removes the directory."""
+    from tfprofile.harness import pss_handoff
+    from tfprofile.harness.capture_site import CaptureDuty
+    from tfprofile.harness.launcher import CollectConfig, TrainingApi
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+    monkeypatch.setattr(pss_handoff, "handoff_dir", lambda cluster, task: str(tmp_path / task.label))
+    cluster = ClusterSpec(("10.0.0.1:2222",), ("10.0.0.3:2222",), ("10.0.0.9:2222",))
+    role = RoleOptions(TaskId("ps", 0), cluster, iperf_server=False)
+    host = pss_handoff.HandoffHost.open(CollectConfig(tmp_path / "run", api=TrainingApi.TF2_PSS), role,
+                                        CaptureDuty.NONE)
+    manifest = json.loads((tmp_path / "ps0" / "manifest.json").read_text())
+    assert {k: manifest[k] for k in ("format", "task", "capture_site", "iperf_server")} == {
+        "format": "tfsim.pss-handoff/1", "task": "ps0", "capture_site": None, "iperf_server": False}
+    host.serve()
+    assert not (tmp_path / "ps0" / "capture.json").exists()  # nothing asked yet
+    (tmp_path / "ps0" / "capture.request").write_text('{"sto')  # seen half written: asked again later
+    host.serve()
+    assert not (tmp_path / "ps0" / "capture.json").exists()
+    (tmp_path / "ps0" / "capture.request").write_text('{"stop": true}')
+    host.serve()
+    assert json.loads((tmp_path / "ps0" / "capture.json").read_text()) == {
+        "error": "ps0: takes no capture (capture)", "status": 2}
+    with pytest.raises(ClusterError, match=r"^ps0: takes no capture \(capture\)$"):
+        host.finish(pss_handoff.SERVERS_FAILED)
+    host.close()
+    assert not (tmp_path / "ps0").exists()
+
+
+@pytest.mark.parametrize(("task", "extra", "message"), [
+    ("worker1", ("--capture",),
+     "--capture: in a tf2-pss job the capture runs on worker0 (and the coordinator fetches it), not on worker1"),
+    ("ps0", ("--capture",), "--capture: in a tf2-pss job the capture runs on worker0 (and the coordinator fetches "
+                            "it), not on ps0: to capture at PS 0, give capture_site ps here and on the coordinator"),
+    ("worker0", ("--capture", "--capture-at", "ps"),
+     "--capture-at: the capture at the PS runs on ps0 (and the coordinator fetches it), not on worker0"),
+    ("ps1", ("--capture", "--capture-at", "ps"),
+     "--capture-at: the capture at the PS runs on ps0 (and the coordinator fetches it), not on ps1"),
+    ("worker0", ("--iperf",), "--iperf: in a tf2-pss job the coordinator has worker0's host measure the links: give "
+                              "it to the coordinator, not to worker0"),
+    ("worker0", ("--iperf-server",), "--iperf-server: runs on a PS task, not on worker0"),
+    ("ps0", ("--capture-interface", "eth0"), "--capture-interface: ps0 captures only with capture"),
+    ("chief0", ("--capture", "--capture-interface", "eth0", "--out", "{tmp}/run"),
+     "--capture-interface: the capture runs on the chief (worker 0) or, with capture_site ps, on ps0; not on chief0"),
+    ("chief0", ("--capture", "--capture-at", "ps"), "--out: give the run directory to create (--out RUN_DIR)"),
+])
+def test_tf2_pss_capture_options_given_to_the_wrong_task_exit_2(task, extra, message, tmp_path, capsys,
+                                                                monkeypatch):
+    """Refused before anything starts: one line naming the option, nothing written."""
+    from cli_runner import run
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    spec = tmp_path / "cluster.json"
+    spec.write_text(json.dumps(PSS_SPEC))
+    role = "chief" if task.startswith("chief") else task[:-1]
+    code, _, err = run(["collect", "--api", "tf2-pss", "--cluster-spec", spec, "--role", role, "--task-index",
+                        task[-1], *TINY, *(a.format(tmp=tmp_path) for a in extra)], capsys)
+    assert code == 2
+    assert err.strip().splitlines() == [f"tfsim: error: {message}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.json"]
+
+
+def test_tf2_pss_capture_duty_of_each_task(tmp_path):
+    from tfprofile.harness.capture_site import CaptureDuty, pss_capture_duty
+    from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi
+    from tfprofile.harness.pss_handoff import capture_task
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+    cluster = ClusterSpec(("10.0.0.1:2222",), ("10.0.0.3:2222", "10.0.0.4:2222"), ("10.0.0.9:2222",))
+
+    def duty(config, label):
+        task = TaskId("chief", 0) if label == "chief0" else TaskId(label[:-1], int(label[-1]))
+        return pss_capture_duty(config, RoleOptions(task, cluster))
+
+    pss = {"out_dir": tmp_path / "run", "api": TrainingApi.TF2_PSS}
+    at_worker = CollectConfig(**pss, capture=True)
+    at_ps = CollectConfig(**pss, capture=True, capture_site=CaptureSite.PS)
+    labels = ("chief0", "worker0", "ps0")
+    assert [duty(at_worker, t) for t in labels[:2]] == [CaptureDuty.FETCH, CaptureDuty.CAPTURE]
+    assert [duty(at_ps, t) for t in ("chief0", "ps0")] == [CaptureDuty.FETCH, CaptureDuty.CAPTURE]
+    assert {duty(CollectConfig(**pss), t) for t in (*labels, "worker1")} == {CaptureDuty.NONE}
+    assert (capture_task(at_worker), capture_task(at_ps), capture_task(CollectConfig(**pss))) == (
+        TaskId("worker", 0), TaskId("ps", 0), None)
+
+
+class _LocalTf:
+    """Enough of TensorFlow for the coordinator's side of the handoff: an op placed on a task
+    reads this host's files (every namespace of the emulated cluster shares one file system)."""
+
+    class _Value:
+        def __init__(self, value) -> None:
+            self.value = value
+
+        def numpy(self):
+            return self.value
+
+    class errors:
+        NotFoundError = FileNotFoundError
+
+    class io:
+        @staticmethod
+        def matching_files(pattern: str):
+            import glob
+
+            import numpy as np
+
+            return _LocalTf._Value(np.array([p.encode() for p in glob.glob(pattern)]))
+
+        @staticmethod
+        def read_file(path: str):
+            return _LocalTf._Value(Path(path).read_bytes())
+
+    @staticmethod
+    def device(_name: str):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def test_the_coordinator_checks_what_each_host_does(tmp_path, monkeypatch):
+    """Each manifest against the coordinator's options: one line naming the task and what to give it."""
+    from tfprofile.harness import pss_handoff
+    from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi
+    from tfprofile.harness.role import RoleOptions
+    from tfprofile.harness.tfconfig import ClusterSpec, TaskId
+
+    monkeypatch.setattr(pss_handoff, "handoff_dir", lambda cluster, task: str(tmp_path / task.label))
+    cluster = ClusterSpec(("10.0.0.1:2222", "10.0.0.1:2223"), ("10.0.0.3:2222",), ("10.0.0.9:2222",))
+    coordinator = TaskId("chief", 0)
+
+    def manifests(**tasks) -> None:
+        for label in ("worker0", "ps0", "ps1"):
+            (tmp_path / label).mkdir(exist_ok=True)
+            (tmp_path / label / "manifest.json").write_text(json.dumps(
+                {"capture_site": None, "iperf3": True, "iperf_server": False, **tasks.get(label, {})}))
+
+    def check(iperf: bool = False, **config) -> None:
+        config = CollectConfig(tmp_path / "run", api=TrainingApi.TF2_PSS, **config)
+        spec = {"handoff": pss_handoff.coordinator_spec(config, RoleOptions(coordinator, cluster, iperf=iperf))}
+        pss_handoff.check_manifests(_LocalTf, spec)
+
+    manifests(worker0={"capture_site": "chief-worker"}, ps1={"iperf_server": True})
+    check(capture=True)
+    check(capture=True, iperf=True)  # both PS tasks on one host: ps1's iperf3 server serves it
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: worker0 captures \(capture_site chief-worker\) but "
+                                                       r"the coordinator does not fetch it: give the coordinator "
+                                                       r"capture too$"):
+        check()
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: ps0 takes no capture: give it capture and "
+                                                       r"capture_site ps too, as the coordinator$"):
+        check(capture=True, capture_site=CaptureSite.PS)
+    manifests(worker0={"iperf3": False})
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: worker0 takes no capture: give it capture too"):
+        check(capture=True)
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: worker0's host has no iperf3 on PATH"):
+        check(iperf=True)
+    manifests()
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: no PS task on 10.0.0.1 serves iperf3: give ps0 "
+                                                       r"iperf_server$"):
+        check(iperf=True)
+    (tmp_path / "ps1" / "manifest.json").unlink()
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: ps1 has no .*manifest.json on its host"):
+        check()
 
 
 def test_agreement_difference_names_what_differs():
@@ -546,3 +705,109 @@ def test_tf2_pss_job_with_a_host_per_task(tmp_path, tasks):
     profile = tfprofile.read_profile(run)
     assert profile.graph.name[0] == "ClusterCoordinatorDispatch" and profile.bytes_per_step(0) == 547_496
     assert not list(Path("/tmp").glob("tfsim-pss-done-*")) and not list(Path("/tmp").glob("tfsim-pss-graphs-*"))
+
+
+@pytest.fixture(scope="module")
+def pss_lab():
+    """Hosts ps0, w0 and c0 (the coordinator) on a bridge, 200 Mbit/s links; always torn down."""
+    from tfsim.lab.netns import EmulatedCluster, list_namespaces
+
+    cluster = EmulatedCluster(["ps0", "w0", "c0"], rate_bit=200_000_000).up()
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+        assert not set(cluster.namespaces()) & set(list_namespaces())
+
+
+PSS_TINY = ("--api", "tf2-pss", "--model", "tiny", "--batch", "4", "--steps", "8", "--warmup", "2",
+            "--inter-op-threads", "1", "--trace-ms", "3000", "--no-progress")
+
+
+def _run_pss_job(pss_lab, tasks, out: Path, server_args: dict, *chief_args: str) -> tuple:
+    """PS 0 in ps0, worker 0 in w0 (each with its ``server_args``), then the coordinator in c0;
+    return the coordinator's result and the servers' (status, stderr)."""
+    hosts = pss_lab.hosts
+    spec = {"chief": [f"{hosts['c0'].address}:2222"], "ps": [f"{hosts['ps0'].address}:2222"],
+            "worker": [f"{hosts['w0'].address}:2222"]}
+    servers = [tasks.start("collect", "--role", role, *PSS_TINY, *server_args.get(role, ()),
+                           env=env_with(json.dumps({"cluster": spec})), prefix=hosts[host].exec_prefix())
+               for role, host in (("ps", "ps0"), ("worker", "w0"))]
+    chief = tfsim("collect", *PSS_TINY, "--out", out, *chief_args,
+                  env=env_with(json.dumps({"cluster": spec, "task": {"type": "chief", "index": 0}})),
+                  prefix=hosts["c0"].exec_prefix(), timeout=400)
+    ended = []
+    for proc in servers:
+        _, err = proc.communicate(timeout=90)
+        ended.append((proc.returncode, err))
+    return chief, ended
+
+
+@needs_lab
+@pytest.mark.tensorflow
+@pytest.mark.parametrize("site", ["chief-worker", "ps"])
+def test_tf2_pss_job_with_a_host_per_task_captures_and_calibrates(site, pss_lab, tasks, tmp_path):
+    """Worker 0's host (or PS 0's) captures, worker 0's measures the link to the PS; the coordinator
+    fetches both into its run directory, which calibrate reads like a one-host tf2-pss run: a
+    bandwidth and a window each way."""
+    pytest.importorskip("tensorflow")
+    run = tmp_path / "run"
+    at = ("--capture", "--capture-at", site)
+    taker = "ps" if site == "ps" else "worker"
+    server_args = {"ps": ("--iperf-server", *at) if taker == "ps" else ("--iperf-server",),
+                   "worker": at if taker == "worker" else ()}
+    chief, servers = _run_pss_job(pss_lab, tasks, run, server_args, *at, "--iperf", "--iperf-repeats", "1",
+                                  "--iperf-seconds", "1")
+    assert chief.returncode == 0, chief.stderr[-3000:]
+    for code, err in servers:
+        assert code == 0 and "the coordinator is done" in err, err[-2000:]
+    hosts = pss_lab.hosts
+    ps_ip, w0_ip = hosts["ps0"].address, hosts["w0"].address
+    record = json.loads((run / "run.json").read_text())
+    capture = record["capture"]
+    assert (capture["host"], capture["file"], capture["interface"], capture["taken_on"]) == (
+        f"{taker}0", "capture.pcap.gz", "eth0", ps_ip if taker == "ps" else w0_ip)
+    peer = w0_ip if taker == "ps" else ps_ip
+    assert capture["filter"] == f"tcp and ((host {peer} and port 2222))" and capture["captured"] > 100
+    assert record["config"]["capture"] and record["config"]["capture_site"] == site
+    assert record["iperf3"] == ["downlink_0.json", "uplink_0.json"]
+    assert record["iperf3_links"] == [{"host": ps_ip, "ps_tasks": [0],
+                                       "files": ["uplink_0.json", "downlink_0.json"]}]
+    rate = json.loads((run / "iperf3" / "uplink_0.json").read_text())["end"]["sum_received"]["bits_per_second"]
+    assert 150e6 < rate < 210e6
+    assert sorted(record["traced_steps"]) == ["ps0.xplane.pb.gz", "worker0.xplane.pb.gz"]
+    assert sorted(p.name for p in run.iterdir()) == ["capture.pcap.gz", "graphs", "iperf3", "logs", "run.json",
+                                                     "step_times.csv", "tensors.json", "trace", "variables.json"]
+    assert not list(Path("/tmp").glob("tfsim-pss-handoff-*"))
+
+    from calibration import calibrate_run
+
+    calibration = calibrate_run(run)
+    for direction in ("uplink", "downlink"):
+        sustained = calibration.token_bucket.get(direction, {}).get("sustained_Bps",
+                                                                    calibration.bandwidth_Bps[direction])
+        assert 150e6 / 8 < sustained < 210e6 / 8, (direction, sustained)
+        assert calibration.window_bytes[direction] > 0
+    # the traced steps' tensors were captured: 11 receives on the worker, 9 on the PS per step
+    fits = calibration.to_cluster_json()["overhead"]
+    assert fits["downlink"]["n"] >= 11 and fits["uplink"]["n"] >= 9
+    result = tfsim("calibrate", run, "-o", tmp_path / "CLUSTER.json", env=env_with())
+    assert result.returncode == 0, result.stderr
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_tf2_pss_capture_the_coordinator_would_not_fetch_is_refused(pss_lab, tasks, tmp_path):
+    """Worker 0 captures, the coordinator was not told: it stops before the first step with one line
+    naming worker0 and what to give, and releases the servers, which stop too."""
+    pytest.importorskip("tensorflow")
+    run = tmp_path / "run"
+    chief, servers = _run_pss_job(pss_lab, tasks, run, {"worker": ("--capture",)})
+    assert chief.returncode == 2, chief.stderr[-3000:]
+    assert error_line(chief) == ("tfsim: error: chief0: worker0 captures (capture_site chief-worker) but the "
+                                 "coordinator does not fetch it: give the coordinator capture too")
+    for code, err in servers:
+        assert code == 2, err[-2000:]
+        assert err.strip().splitlines()[-1].endswith("the coordinator stopped before the job was done, so this "
+                                                     "task stops too (see the coordinator's message)")
+    assert not run.exists() and not list(Path("/tmp").glob("tfsim-pss-handoff-*"))

@@ -254,7 +254,6 @@ def test_traces_of_another_run_pair_no_step(tmp_path):
 
 
 @pytest.mark.parametrize("flags, needle", [
-    (["--role", "ps", "--capture"], "--capture: not yet for a tf2-pss job with one task per host (--role)"),
     (["--trace-every", "2"], "--trace-every: applies to --api tf1 only"),
     (["--placement", "greedy"], "--placement: applies to --api tf1 only"),
 ])

@@ -36,7 +36,7 @@ from tfprofile.harness.capture import (
 )
 from tfprofile.harness.launcher import INCOMPLETE_SUFFIX, CaptureSite, CollectConfig
 from tfprofile.harness.role_options import RoleOptions
-from tfprofile.harness.tfconfig import TaskId, split_address
+from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
 
 PS_CAPTURE_FORMAT = "tfsim.ps-capture/1"
 CAPTURE_FILE = "capture.pcap.gz"
@@ -48,13 +48,16 @@ class CaptureDuty(enum.Enum):
     """What one task of a cluster job does about the capture.
 
     ``NONE``: nothing. ``CAPTURE``: runs tcpdump (the chief at ``chief-worker``, PS 0 at
-    ``ps``). ``RECORD``: the chief of a job captured at PS 0: records in ``run.json`` where the
-    capture is and which files to copy into the run directory.
+    ``ps``; in a tf2-pss job worker 0 at ``chief-worker``). ``RECORD``: the chief of a TF1 job
+    captured at PS 0: records in ``run.json`` where the capture is and which files to copy into
+    the run directory. ``FETCH``: the coordinator of a tf2-pss job: fetches the capture from
+    the host that took it into its run directory (:mod:`tfprofile.harness.pss_handoff`).
     """
 
     NONE = "none"
     CAPTURE = "capture"
     RECORD = "record"
+    FETCH = "fetch"
 
 
 def _is_ps0(role: RoleOptions) -> bool:
@@ -87,6 +90,53 @@ def capture_duty(config: CollectConfig, role: RoleOptions) -> CaptureDuty:
         raise UsageError("capture_interface", f"with capture_site ps the capture runs on ps0: give its interface "
                                               f"there, not on {label}")
     return duty
+
+
+def pss_capture_duty(config: CollectConfig, role: RoleOptions) -> CaptureDuty:
+    """What this task of a tf2-pss job does about ``config.capture`` at ``config.capture_site``.
+
+    The coordinator is on none of the links the tensors cross: the capture runs on worker 0's
+    host (``chief-worker``: its traffic with every PS, the one-worker run calibration reads) or
+    on PS 0's (``ps``: every worker's traffic with it), and the coordinator fetches it. Raises
+    :class:`~tfbase.errors.UsageError` naming the parameter when the options do not fit this task.
+    """
+    label, at_ps = role.task.label, config.capture_site is CaptureSite.PS
+    capturer = TaskId("ps", 0) if at_ps else TaskId("worker", 0)
+    if not config.capture:
+        if role.capture_interface is not None:
+            raise UsageError("capture_interface", f"{label} captures only with capture")
+        return CaptureDuty.NONE
+    if role.task.is_coordinator:
+        return CaptureDuty.FETCH
+    if role.task == capturer:
+        return CaptureDuty.CAPTURE
+    if at_ps:
+        raise UsageError("capture_site", f"the capture at the PS runs on ps0 (and the coordinator fetches it), "
+                                         f"not on {label}")
+    raise UsageError("capture", f"in a tf2-pss job the capture runs on worker0 (and the coordinator fetches it), "
+                                f"not on {label}" + (": to capture at PS 0, give capture_site ps here and on the "
+                                                     "coordinator" if _is_ps0(role) else ""))
+
+
+def ps_hosts(cluster: ClusterSpec) -> dict[str, list[int]]:
+    """Each distinct PS host of ``cluster`` (resolved) and the PS tasks on it, in PS order: the
+    hosts iperf3 measures the link to."""
+    hosts: dict[str, list[int]] = {}
+    for p, address in enumerate(cluster.resolved().ps):
+        hosts.setdefault(split_address(address)[0], []).append(p)
+    return hosts
+
+
+def chief_capture_pairs(role: RoleOptions) -> list[tuple[str, int]]:
+    """The ``(host, port)`` endpoints of worker 0's traffic with every PS, as worker 0 sees it:
+    to each PS's port, and from each PS to worker 0's own port."""
+    resolved = role.cluster.resolved()
+    chief_port = split_address(resolved.worker[0])[1]
+    pairs = []
+    for address in resolved.ps:
+        host, port = split_address(address)
+        pairs += [(host, port), (host, chief_port)]
+    return pairs
 
 
 def ps_capture_pairs(role: RoleOptions) -> list[tuple[str, int]]:

@@ -9,16 +9,19 @@ TensorFlow names it. Each host runs one ``tfsim collect`` for its task:
   whose profiler listens on the task's port plus :data:`PROFILER_PORT_OFFSET`, and serves
   until the coordinator says the job is over: it writes :func:`done_file` on the task's host
   through TensorFlow itself (an op placed on that task), and the task's ``tfsim collect``
-  then stops the server and exits 0. Worker 0 dumps the step function's partition graphs
-  into :func:`graph_dump_dir` on its host;
+  then stops the server and exits 0 (or 2 when the coordinator wrote that it failed). Worker
+  0 dumps the step function's partition graphs into :func:`graph_dump_dir` on its host;
 - the **chief** waits until every PS's and worker's port answers, runs the coordinator
   (:func:`tfprofile.harness.pss_task.run_coordinator`), which traces every task through its
   profiler port, reads worker 0's partition graphs through an op placed on worker 0, and
   alone writes the run directory.
 
-Not yet with one task per host: ``--capture`` and ``--iperf`` (the transfers cross the links
-between the workers and the PS, not the coordinator's), so such a run is profiled, not
-calibrated. This module does not import TensorFlow.
+The transfers cross the links between the workers and the PS tasks, not the coordinator's:
+with ``config.capture`` tcpdump runs on worker 0's host (capture site ``chief-worker``) or on
+PS 0's (``ps``), with ``iperf`` (given to the coordinator) iperf3 runs from worker 0's host to
+every PS host (each with ``iperf_server``), and the coordinator fetches both into its run
+directory through the same ops (:mod:`tfprofile.harness.pss_handoff`), which ``tfsim
+calibrate`` then reads as a one-host run. This module does not import TensorFlow.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,8 @@ from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
 from tfbase.load import LoadMeter, reaped_children_s
+from tfprofile.harness.capture import IperfServer, stop_running_captures
+from tfprofile.harness.capture_site import CaptureDuty, pss_capture_duty
 from tfprofile.harness.launcher import (
     CollectConfig,
     _die_with_parent,
@@ -44,6 +48,15 @@ from tfprofile.harness.launcher import (
     _read_lines,
     _Task,
     _task_command,
+)
+from tfprofile.harness.pss_handoff import (
+    SERVERS_DONE,
+    SERVERS_FAILED,
+    HandoffHost,
+    coordinator_spec,
+    read_record,
+    safe_name,
+    task_device,
 )
 from tfprofile.harness.role_options import RoleOptions
 from tfprofile.harness.role_watch import (
@@ -66,23 +79,15 @@ def profiler_port(address: str) -> int:
     return split_address(address)[1] + PROFILER_PORT_OFFSET
 
 
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.-]", "_", text)
-
-
 def graph_dump_dir(cluster: ClusterSpec) -> str:
     """Where worker 0 dumps the partition graphs on its host, and the coordinator reads them:
     a path both compute from the cluster spec."""
-    return f"/tmp/tfsim-pss-graphs-{_safe(cluster.worker[0])}"
+    return f"/tmp/tfsim-pss-graphs-{safe_name(cluster.worker[0])}"
 
 
 def done_file(cluster: ClusterSpec, task: TaskId) -> str:
     """The file on ``task``'s host whose appearance ends the task: the coordinator writes it."""
-    return f"/tmp/tfsim-pss-done-{task.label}-{_safe(cluster.address(task.role, task.index))}"
-
-
-def _device(task: TaskId) -> str:
-    return f"/job:{task.role}/replica:0/task:{task.index}/device:CPU:0"
+    return f"/tmp/tfsim-pss-done-{task.label}-{safe_name(cluster.address(task.role, task.index))}"
 
 
 def server_tasks(cluster: ClusterSpec) -> list[TaskId]:
@@ -121,8 +126,9 @@ def _spec(config: CollectConfig, role: RoleOptions, out_dir: Path) -> dict:
     }
     if role.task.is_coordinator:
         spec["graph_dump_dir"] = graph_dump_dir(cluster)
-        spec["graph_dump_device"] = _device(TaskId("worker", 0))
-        spec["done_files"] = {_device(t): done_file(cluster, t) for t in server_tasks(cluster)}
+        spec["graph_dump_device"] = task_device(TaskId("worker", 0))
+        spec["done_files"] = {task_device(t): done_file(cluster, t) for t in server_tasks(cluster)}
+        spec["handoff"] = coordinator_spec(config, role)
     elif role.task.is_chief:  # worker 0
         spec["graph_dump_dir"] = graph_dump_dir(cluster)
     return spec
@@ -175,45 +181,74 @@ def wait_servers(role: RoleOptions) -> None:
 def run_pss_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
                  overwrite: bool = False) -> Path | None:
     """Run this host's task of a tf2-pss job; return the run directory (the coordinator) or None."""
-    if config.capture or role.iperf or role.iperf_server:
-        raise UsageError("capture", "a tf2-pss job with one task per host is profiled, not captured, for now: "
-                                    "no --capture, --iperf or --iperf-server with --role")
+    duty = pss_capture_duty(config, role)
+    if role.iperf and not role.task.is_coordinator:
+        raise UsageError("iperf", f"in a tf2-pss job the coordinator has worker0's host measure the links: give "
+                                  f"it to the coordinator, not to {role.task.label}")
     check_profiler_ports(role.cluster, role.task.label)
     if role.task.is_coordinator:
         return _run_coordinator(config, role, progress=progress, overwrite=overwrite)
-    _run_server(config, role)
+    _run_server(config, role, duty)
     return None
 
 
-def _run_server(config: CollectConfig, role: RoleOptions) -> None:
+def _run_server(config: CollectConfig, role: RoleOptions, duty: CaptureDuty) -> None:
     done = Path(done_file(role.cluster, role.task))
     done.unlink(missing_ok=True)
     dump = Path(graph_dump_dir(role.cluster)) if role.task.is_chief else None
     if dump is not None:
         shutil.rmtree(dump, ignore_errors=True)
-    work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
-    (work / "logs").mkdir()
-    task = None
+    takes_part = role.task.is_chief or role.task.role == "ps"  # what the coordinator may ask of a host
+    server = IperfServer.start(role.iperf_port) if role.iperf_server else None
+    work, task, handoff = None, None, None
     try:
+        # tcpdump first, so that it sees every connection the job opens
+        handoff = HandoffHost.open(config, role, duty) if takes_part else None
+        work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
+        (work / "logs").mkdir()
         task, _ = _start(config, role, work, work)
-        started = time.monotonic()
-        while not done.exists():
-            if task.process.poll() is not None:
-                raise CollectError(f"task {task.label} exited with status {task.process.returncode} before the "
-                                   f"coordinator was done: {task.last_error_line()} (log: {task.log_path})")
-            if time.monotonic() - started > config.timeout_s:
-                raise CollectError(f"{role.task.label}: the coordinator was not done within {config.timeout_s:.0f} s "
-                                   f"(--timeout); log: {task.log_path}")
-            time.sleep(DONE_POLL_S)
+        released = _serve_until_released(config, role, task, done, handoff)
         task.stop()
+        if handoff is not None:
+            handoff.finish(released)
+        if released != SERVERS_DONE:
+            raise ClusterError(role.task.label, "the coordinator stopped before the job was done, so this task "
+                                                "stops too (see the coordinator's message)")
     finally:
         if task is not None:
             task.stop()
+        if handoff is not None:
+            handoff.close()
+        if server is not None:
+            server.stop()
+        stop_running_captures()
         done.unlink(missing_ok=True)
         if dump is not None:
             shutil.rmtree(dump, ignore_errors=True)
-    shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
     print(f"tfsim: {role.task.label}: the coordinator is done", file=sys.stderr, flush=True)
+
+
+def _serve_until_released(config: CollectConfig, role: RoleOptions, task: _Task, done: Path,
+                          handoff: HandoffHost | None) -> str:
+    """Answer the coordinator's requests until it writes the done file; return what it wrote
+    (:data:`SERVERS_DONE` or :data:`SERVERS_FAILED`)."""
+    started = time.monotonic()
+    while True:
+        if done.exists():  # written by an op: seen whole on a later poll if not yet
+            released = done.read_text(errors="replace").strip()
+            if released in (SERVERS_DONE, SERVERS_FAILED):
+                return released
+        if task.process.poll() is not None:
+            raise CollectError(f"task {task.label} exited with status {task.process.returncode} before the "
+                               f"coordinator was done: {task.last_error_line()} (log: {task.log_path})")
+        if time.monotonic() - started > config.timeout_s:
+            raise CollectError(f"{role.task.label}: the coordinator was not done within {config.timeout_s:.0f} s "
+                               f"(--timeout); log: {task.log_path}")
+        if handoff is not None:
+            handoff.serve()
+        time.sleep(DONE_POLL_S)
 
 
 def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool) -> Path:
@@ -235,12 +270,12 @@ def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool
                 raise CollectError(f"the coordinator exited without finishing (log: {task.log_path})")
             task.stop()
         say_host_load(role.task.label, meter.sample)
-        hosts = hosts_record(role)
+        capture, links = read_record(partial)
         extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
                  "cluster_source": role.cluster_source, "task": {"role": role.task.role, "index": 0},
-                 "hosts": hosts}
+                 "hosts": hosts_record(role), "iperf3_links": links}
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
-                        time.monotonic() - started, None, extra=extra)
+                        time.monotonic() - started, capture, extra=extra)
         publish_run_dir(partial, out)
         return out
     finally:

@@ -14,7 +14,11 @@ Run by :mod:`tfprofile.harness.task` when the spec's ``api`` is ``tf2-pss`` (doc
   writes the run directory: ``trace/<task>.xplane.pb.gz`` (one XSpace per
   task), ``graphs/*.pbtxt.gz`` (the partition graphs), ``variables.json``, ``tensors.json``
   (the size of every tensor of the training function, which the traces do not record),
-  per-worker step times and ``versions.json``.
+  per-worker step times and ``versions.json``. With a host per task it first checks what each
+  server's host does beside training and fetches iperf3's results from worker 0's host, and
+  after the last step the capture from the host that took it
+  (:mod:`tfprofile.harness.pss_handoff`); then it tells every server's host that the job is
+  over (or, when it stops early, that it failed).
 
 A model is the same function as for TF1 (``f(options) -> (loss, batch_size)``, written with
 ``tf.compat.v1`` ops on its own synthetic input). Wrapped in ``tf.compat.v1.make_template``,
@@ -30,6 +34,7 @@ are the workers' own, not the coordinator's.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -39,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 
+from tfprofile.harness import pss_handoff
 from tfprofile.harness.task_common import emit_progress, load_model_fn, step_times_csv
 
 # The name of the step function: TensorFlow names it __inference_<name>_<n>, and the graph dump
@@ -50,6 +56,8 @@ FINAL_PARTITION_STAGE = "after_partition_passes"
 WORKER_SPEC_PATTERN = r"(?s)^.*worker([0-9]+)\.spec\.json.*$"
 # Time the profiler servers take to start a trace once asked (measured here: well under this).
 TRACE_START_S = 0.5
+# How long a failed coordinator tries to tell the servers' hosts that it stopped.
+RELEASE_WAIT_S = 10.0
 
 
 def run_server(spec: dict) -> int:
@@ -189,9 +197,6 @@ def run_coordinator(spec: dict) -> int:
     """Build the model, run the steps, trace every task, and write the run directory."""
     import tensorflow as tf
 
-    from tfprofile.harness.zoo import ModelOptions
-
-    out = Path(spec["out_dir"])
     # The coordinator's context configures the remote tasks' eager contexts (it creates them).
     tf.config.threading.set_intra_op_parallelism_threads(spec["intra_op_threads"])
     tf.config.threading.set_inter_op_parallelism_threads(spec["inter_op_threads"])
@@ -199,7 +204,55 @@ def run_coordinator(spec: dict) -> int:
         tf.train.ClusterSpec(spec["cluster"]), task_type="chief", task_id=0, rpc_layer="grpc")
     strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    try:
+        batch = _coordinate(tf, spec, strategy, coordinator)
+    except pss_handoff.HandoffError as exc:  # a host cannot do what the options ask: said in one line
+        _release_servers(tf, spec, pss_handoff.SERVERS_FAILED, wait_s=RELEASE_WAIT_S)
+        emit_progress("error", status=exc.status, message=str(exc))
+        return exc.status
+    except BaseException:
+        _release_servers(tf, spec, pss_handoff.SERVERS_FAILED, wait_s=RELEASE_WAIT_S)
+        raise
+    _release_servers(tf, spec, pss_handoff.SERVERS_DONE)
+    emit_progress("finished", batch_size=batch)
+    return 0
 
+
+def _release_servers(tf, spec: dict, word: str, wait_s: float | None = None) -> None:
+    """With a host per task, each server's tfsim collect waits for a file on its own host that
+    says the job is over (``word``: done, or failed): written there by an op placed on that
+    task. Given ``wait_s`` (after a failure, when a server may be gone), at most that long and
+    errors ignored."""
+    def write() -> None:
+        for device, path in spec.get("done_files", {}).items():
+            with tf.device(device):
+                tf.io.write_file(path, word)
+
+    if wait_s is None:
+        write()
+        return
+
+    def attempt() -> None:
+        with contextlib.suppress(Exception):  # the coordinator's own error is the one to report
+            write()
+
+    writer = threading.Thread(target=attempt, daemon=True)
+    writer.start()
+    writer.join(wait_s)
+
+
+def _coordinate(tf, spec: dict, strategy, coordinator) -> int:
+    """Fetch the links' measurements, build the model, run and trace the steps, and write the
+    run directory; return the batch size."""
+    from tfprofile.harness.zoo import ModelOptions
+
+    out = Path(spec["out_dir"])
+    handoff = spec.get("handoff")
+    links = []
+    if handoff is not None:  # before the model: iperf3 runs while the job's links are idle
+        pss_handoff.check_manifests(tf, spec)
+        if handoff["iperf"] is not None:
+            links = pss_handoff.fetch_iperf(tf, spec, out)
     options = ModelOptions(spec["batch_size"], spec["image_size"], spec["num_classes"], spec.get("zero_init", False))
     model_fn = load_model_fn(spec)
     batch_size = []
@@ -332,6 +385,9 @@ def run_coordinator(spec: dict) -> int:
     with open(out / "tensors.json", "w", encoding="utf-8") as handle:
         json.dump({"format": "tfsim.tensors/1", "function": STEP_FUNCTION, "tensors": _tensor_sizes(graph),
                    "op_variables": _op_variables(graph, [*trainable, global_step])}, handle, indent=1)
+    if handoff is not None:  # after the last step: the capture holds all of them
+        capture = pss_handoff.fetch_capture(tf, spec, out) if handoff["capture_task"] else None
+        pss_handoff.write_record(out, capture, links)
 
     window = (trace_window["start"] + TRACE_START_S, trace_window["end"])
     per_worker: dict[int, int] = {}
@@ -349,10 +405,4 @@ def run_coordinator(spec: dict) -> int:
                 "grpc_options": os.environ.get("TF_GRPC_DEFAULT_OPTIONS", ""),
                 "traces": traced, "graphs": graphs}
     (out / "versions.json").write_text(json.dumps(versions, indent=2), encoding="utf-8")
-    # With a host per task, each server's tfsim collect waits for a file on its own host that says
-    # the job is over: written there by an op placed on that task.
-    for device, path in spec.get("done_files", {}).items():
-        with tf.device(device):
-            tf.io.write_file(path, "done")
-    emit_progress("finished", batch_size=int(batch_size[0]))
-    return 0
+    return int(batch_size[0])

@@ -47,7 +47,14 @@ from tfprofile.harness.capture import (
     require_tools,
     stop_running_captures,
 )
-from tfprofile.harness.capture_site import CaptureDuty, PsCapture, capture_duty, chief_record
+from tfprofile.harness.capture_site import (
+    CaptureDuty,
+    PsCapture,
+    capture_duty,
+    chief_capture_pairs,
+    chief_record,
+    ps_hosts,
+)
 from tfprofile.harness.launcher import (
     CollectConfig,
     TrainingApi,
@@ -66,7 +73,7 @@ from tfprofile.harness.role_watch import (
     step_bar,
     watch_task,
 )
-from tfprofile.harness.tfconfig import ClusterSpec, split_address
+from tfprofile.harness.tfconfig import split_address
 
 AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes", "steps", "warmup_steps",
                   "trace_every", "placement", "learning_rate", "zero_init")
@@ -173,18 +180,10 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     return out
 
 
-def _ps_hosts(cluster: ClusterSpec) -> dict[str, list[int]]:
-    """Each distinct PS host (resolved) and the PS tasks on it, in PS order."""
-    hosts: dict[str, list[int]] = {}
-    for p, address in enumerate(cluster.resolved().ps):
-        hosts.setdefault(split_address(address)[0], []).append(p)
-    return hosts
-
-
 def _measure_links(config: CollectConfig, role: RoleOptions, run_dir: Path) -> list[dict]:
     """iperf3 from the chief to every PS host; PS 0's host in the layout calibrate reads."""
     links = []
-    for host, tasks in _ps_hosts(role.cluster).items():
+    for host, tasks in ps_hosts(role.cluster).items():
         name = "" if tasks[0] == 0 else f"ps{tasks[0]}_"
         paths = measure_bandwidth_to(run_dir, host, name=name, repeats=config.iperf_repeats,
                                      seconds=config.iperf_seconds, port=role.iperf_port,
@@ -193,20 +192,10 @@ def _measure_links(config: CollectConfig, role: RoleOptions, run_dir: Path) -> l
     return links
 
 
-def _capture_pairs(role: RoleOptions) -> list[tuple[str, int]]:
-    resolved = role.cluster.resolved()
-    chief_port = split_address(resolved.worker[0])[1]
-    pairs = []
-    for address in resolved.ps:
-        host, port = split_address(address)
-        pairs += [(host, port), (host, chief_port)]
-    return pairs
-
-
 def _start_capture(role: RoleOptions, run_dir: Path) -> tuple[Tcpdump, dict]:
     first_ps = split_address(role.cluster.resolved().ps[0])[0]
     interface = role.capture_interface or interface_towards(first_ps)
-    bpf = host_port_filter(_capture_pairs(role))
+    bpf = host_port_filter(chief_capture_pairs(role))
     tcpdump = Tcpdump.start(run_dir / "capture.pcap", interface, [], filter_text=bpf)
     return tcpdump, {"interface": interface, "filter": bpf}
 

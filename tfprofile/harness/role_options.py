@@ -34,5 +34,6 @@ class RoleOptions:
         if self.capture_interface is not None and not (self.task.is_chief or self.task == TaskId("ps", 0)):
             raise UsageError("capture_interface", f"the capture runs on the chief (worker 0) or, with capture_site "
                                                   f"ps, on ps0; not on {self.task.label}")
-        if self.iperf and not self.task.is_chief:
-            raise UsageError("iperf", f"runs on the chief (worker 0), not on {self.task.label}")
+        if self.iperf and not (self.task.is_chief or self.task.is_coordinator):
+            raise UsageError("iperf", f"runs on the chief (worker 0; a tf2-pss job's coordinator), not on "
+                                      f"{self.task.label}")

@@ -62,20 +62,23 @@ def register(sub) -> None:
     p.add_argument("--capture", action="store_true",
                    help="also measure the link with iperf3 -J (both directions, 3 runs each) and capture the job's "
                         "gRPC traffic with tcpdump into capture.pcap.gz, for tfsim calibrate (needs root); with "
-                        "--role: the capture only (see --iperf and --capture-at)")
+                        "--role: the capture only (see --iperf and --capture-at); a tf2-pss job's coordinator "
+                        "(--role chief) and the task that captures both get it")
     p.add_argument("--capture-at", dest="capture_site", choices=("chief-worker", "ps"), default="chief-worker",
                    help="with --capture, where tcpdump runs: chief-worker (default; the one-worker run calibrate "
-                        "reads) or ps: PS 0's host, every worker's traffic with it (the W-worker run tfsim report "
-                        "--timeline-run reads); with --role give it to PS 0, which captures into its own --out, and "
-                        "to the chief, which records where the capture is")
+                        "reads; for tf2-pss worker 0's host) or ps: PS 0's host, every worker's traffic with it "
+                        "(the W-worker run tfsim report --timeline-run reads); with --role give it to PS 0, which "
+                        "captures into its own --out, and to the chief, which records where the capture is; with "
+                        "--api tf2-pss to the capturing task (worker 0, or PS 0 with ps) and to the coordinator, "
+                        "which fetches the capture into its run directory")
     p.add_argument("--out", type=Path, metavar="RUN_DIR",
                    help="run directory to create (required, except on a PS or a non-chief worker with --role; "
                         "PS 0 with --capture-at ps: the directory for its capture)")
     p.add_argument("--force", action="store_true", help="replace RUN_DIR if it exists")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--capture-interface", metavar="IFACE",
-                   help="interface tcpdump listens on (default: lo; with --role: the one routing to PS 0, or on "
-                        "PS 0 with --capture-at ps the one routing to worker 0)")
+                   help="interface tcpdump listens on (default: lo; with --role: on the capturing worker 0 the "
+                        "one routing to PS 0, or on PS 0 with --capture-at ps the one routing to worker 0)")
     role = p.add_argument_group(
         "one task per host (a real cluster)",
         "With --role, --task-index, --cluster-spec or TF_CONFIG set, collect starts only this host's task of the "
@@ -84,7 +87,9 @@ def register(sub) -> None:
         "cluster object). Worker 0, the chief, writes the run directory; every task must get the same model and "
         "run options. With --api tf2-pss the cluster also has \"chief\": [\"host:port\"], the coordinator "
         "(--role chief), which writes the run directory; each PS's and worker's profiler listens on its port "
-        "plus 10000; no --capture, --iperf or --iperf-server yet (such a run is profiled, not calibrated).")
+        "plus 10000. There --capture runs tcpdump on worker 0's host (or PS 0's with --capture-at ps) and --iperf, "
+        "given to the coordinator, has worker 0's host run iperf3 to every PS host (--iperf-server); the "
+        "coordinator fetches both into its run directory, which tfsim calibrate reads as a one-host run's.")
     role.add_argument("--role", choices=("ps", "worker", "chief"),
                       help="this task's type (default: TF_CONFIG's task); chief: a tf2-pss job's coordinator")
     role.add_argument("--task-index", type=non_negative_int, metavar="I",
@@ -94,7 +99,8 @@ def register(sub) -> None:
                       help="a worker fails if a PS does not answer within S seconds (default: 30)")
     role.add_argument("--iperf", action="store_true",
                       help="chief: measure the link to every PS host with iperf3 -J, both directions, before "
-                           "training (each PS host needs --iperf-server)")
+                           "training (each PS host needs --iperf-server); a tf2-pss job's coordinator has worker "
+                           "0's host measure them")
     role.add_argument("--iperf-server", action="store_true", help="PS: run an iperf3 server beside the task")
     role.add_argument("--iperf-port", type=positive_int, default=5201, metavar="PORT",
                       help="iperf3's TCP port (default: 5201)")
@@ -114,12 +120,6 @@ def run(args) -> int:
     from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi, collect
 
     if args.api == "tf2-pss":
-        if _role_mode(args):
-            for flag, given in (("--capture", args.capture), ("--iperf", args.iperf),
-                                ("--iperf-server", args.iperf_server)):
-                if given:
-                    raise InputError(flag, "not yet for a tf2-pss job with one task per host (--role): it is "
-                                           "profiled, not captured")
         for flag, given in (("--trace-every", args.trace_every != 1), ("--placement", args.placement != "round_robin")):
             if given:
                 raise InputError(flag, "applies to --api tf1 only (tf2-pss traces a time window: --trace-ms)")
@@ -132,7 +132,8 @@ def run(args) -> int:
     writes_run = role is None or (role.task.is_coordinator if args.api == "tf2-pss" else role.task.is_chief)
     if args.out is None and writes_run:
         raise InputError("--out", "give the run directory to create (--out RUN_DIR)")
-    if args.out is None and args.capture and capture_site is CaptureSite.PS and role.task.label == "ps0":
+    if (args.out is None and args.capture and capture_site is CaptureSite.PS and role.task.label == "ps0"
+            and args.api == "tf1"):  # a tf2-pss job's coordinator fetches PS 0's capture
         raise InputError("--out", "ps0 writes its capture into a directory: give it (--out DIR)")
     config = CollectConfig(
         out_dir=args.out or Path("."), model=(args.model_fn and "custom") or args.model, model_fn=args.model_fn,
