@@ -811,3 +811,24 @@ def test_tf2_pss_capture_the_coordinator_would_not_fetch_is_refused(pss_lab, tas
         assert err.strip().splitlines()[-1].endswith("the coordinator stopped before the job was done, so this "
                                                      "task stops too (see the coordinator's message)")
     assert not run.exists() and not list(Path("/tmp").glob("tfsim-pss-handoff-*"))
+
+
+def test_a_handoff_directory_is_private_and_never_follows_a_symlink(tmp_path):
+    """Its name is known in advance: a symlink planted there is refused, its target untouched."""
+    from tfbase.errors import ClusterError
+    from tfprofile.harness.pss_handoff import fresh_private_dir
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "keep").write_text("x")
+    planted = tmp_path / "handoff-ps0"
+    planted.symlink_to(target)
+    with pytest.raises(ClusterError, match="not a directory of this user's"):
+        fresh_private_dir(planted, "ps0")
+    assert (target / "keep").read_text() == "x" and planted.is_symlink()
+
+    ours = tmp_path / "handoff-w0"
+    ours.mkdir()
+    (ours / "stale.json").write_text("{}")
+    made = fresh_private_dir(ours, "w0")
+    assert made == ours and list(ours.iterdir()) == [] and (ours.stat().st_mode & 0o777) == 0o700

@@ -151,9 +151,7 @@ class HandoffHost:
         if duty is CaptureDuty.CAPTURE:
             require_tools("tcpdump")
             require_root("collect --capture")
-        directory = Path(handoff_dir(role.cluster, role.task))
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True)
+        directory = fresh_private_dir(Path(handoff_dir(role.cluster, role.task)), role.task.label)
         host = cls(directory, role)
         try:
             if duty is CaptureDuty.CAPTURE:
@@ -249,6 +247,28 @@ class HandoffHost:
             self.tcpdump.stop()
             self.tcpdump = None
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def fresh_private_dir(directory: Path, label: str) -> Path:
+    """Create ``directory`` anew, readable by this user only.
+
+    Its name is known in advance (the coordinator finds it by name), so in a shared /tmp
+    someone else may have made it first: a symlink, or a directory that is not ours, is refused
+    (:class:`~tfbase.errors.ClusterError` naming ``label``), never followed or removed. Our
+    own left from an earlier run is replaced."""
+    try:
+        info = directory.lstat()
+    except FileNotFoundError:
+        pass
+    else:
+        if directory.is_symlink() or not directory.is_dir() or info.st_uid != os.geteuid():
+            raise ClusterError(label, f"{directory} exists and is not a directory of this user's: remove it")
+        shutil.rmtree(directory)
+    try:
+        directory.mkdir(mode=0o700)
+    except FileExistsError:  # made by someone else between the check and here
+        raise ClusterError(label, f"{directory} appeared while it was being made: remove it") from None
+    return directory
 
 
 def _read_request(path: Path) -> dict | None:
