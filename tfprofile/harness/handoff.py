@@ -1,0 +1,175 @@
+"""The end of one repetition of a repeated cluster job (``tfsim collect --role ... --repeat N``).
+
+A repetition ends as a single run does: every worker reports done on each PS's done queue
+(:mod:`tfprofile.harness.task`), and each PS's task exits. Its ``collect`` process then listens
+on the task's own port until every worker's ``collect`` has said that the repetition is over
+on its host too. That is the barrier between repetitions (no worker starts the next one while
+a PS of the last still serves, and each PS starts its next task only once every worker is
+done) and the way every host's load reaches the chief:
+
+1. on each connection the PS sends one line, ``TFSIM-HANDOFF {json}``: its task's label, the
+   repetition and its host's load (:meth:`tfbase.load.LoadSample.as_dict`);
+2. a worker answers with one such line of its own;
+3. the PS closes a worker's connection at once, and the chief's once every worker has
+   answered, after a last line with every worker's load (``"hosts"``);
+4. the PS starts the next repetition's task, or exits after the last.
+
+A connection that sends nothing (a probe: does the PS serve?) is closed and not counted, so
+:func:`handing_over` can tell this listener from a task's gRPC server. This module does not
+import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+
+from tfbase.errors import ClusterError, CollectError
+from tfprofile.harness.tfconfig import split_address
+
+PREFIX = b"TFSIM-HANDOFF "
+LINE_LIMIT_BYTES = 1 << 16  # a line holds a few hosts' loads; anything longer is not ours
+PROBE_WAIT_S = 0.5  # how long a probe waits for a greeting (a gRPC server sends none, or other bytes)
+REPLY_WAIT_S = 5.0  # how long the PS waits for a worker's line once it has greeted it
+RETRY_S = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class Handoff:
+    """What one host says at the end of a repetition: its task, the repetition (from 1) and
+    its load while the task ran."""
+
+    label: str
+    repetition: int
+    host_load: dict
+
+    def line(self, **more) -> bytes:
+        record = {"label": self.label, "repetition": self.repetition, "host_load": self.host_load, **more}
+        return PREFIX + json.dumps(record, sort_keys=True).encode() + b"\n"
+
+
+def read_line(sock: socket.socket, deadline: float) -> dict | None:
+    """One handoff line from ``sock`` before ``deadline`` (``time.monotonic()``); ``None`` when
+    the peer closes, sends nothing in time, or sends anything else (a gRPC server's bytes)."""
+    buffer = b""
+    while b"\n" not in buffer:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or len(buffer) > LINE_LIMIT_BYTES:
+            return None
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(4096)
+        except OSError:  # including the timeout
+            return None
+        if not chunk:
+            return None
+        buffer += chunk
+        head = buffer[:len(PREFIX)]
+        if PREFIX[:len(head)] != head:
+            return None
+    line = buffer.split(b"\n", 1)[0]
+    if not line.startswith(PREFIX):
+        return None
+    try:
+        record = json.loads(line[len(PREFIX):])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("label"), str) else None
+
+
+def _send(sock: socket.socket, data: bytes) -> bool:
+    try:
+        sock.sendall(data)
+    except OSError:
+        return False
+    return True
+
+
+def serve_handoff(port: int, own: Handoff, workers: int, timeout_s: float) -> dict[str, dict]:
+    """A PS's side: listen on ``port`` until each of the ``workers`` workers has reported the
+    end of ``own.repetition`` and the chief has had every worker's load; return those loads
+    by task label.
+
+    Raises :class:`~tfbase.errors.CollectError` when a worker does not report within
+    ``timeout_s``, :class:`~tfbase.errors.ClusterError` when one reports another repetition.
+    """
+    expected = {f"worker{i}" for i in range(workers)}
+    loads: dict[str, dict] = {}
+    chief: socket.socket | None = None
+    deadline = time.monotonic() + timeout_s
+    with socket.create_server(("", port)) as listener:  # SO_REUSEADDR: the task's connections linger
+        try:
+            while True:
+                if chief is not None and expected <= loads.keys():
+                    _send(chief, own.line(hosts=loads))
+                    return loads
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    missing = ", ".join(sorted(expected - loads.keys() or {"worker0"}))
+                    raise CollectError(f"{own.label}: {missing} did not report the end of repetition "
+                                       f"{own.repetition} within {timeout_s:.0f} s (see its messages)")
+                listener.settimeout(remaining)
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                keep = False
+                try:
+                    if not _send(conn, own.line()):
+                        continue
+                    record = read_line(conn, time.monotonic() + REPLY_WAIT_S)
+                    if record is None or record["label"] not in expected:
+                        continue  # a probe, or not one of this job's workers
+                    if record.get("repetition") != own.repetition:
+                        raise ClusterError(own.label, f"{record['label']} ended repetition "
+                                                      f"{record.get('repetition')} while this task ended repetition "
+                                                      f"{own.repetition}: give every task the same repeat")
+                    loads[record["label"]] = record.get("host_load")
+                    if record["label"] == "worker0":
+                        chief, keep = conn, True
+                finally:
+                    if not keep:
+                        conn.close()
+        finally:
+            if chief is not None:
+                chief.close()
+
+
+def hand_over(address: str, who: str, own: Handoff, *, relay: bool, timeout_s: float) -> dict:
+    """A worker's side: tell the PS ``who`` at ``address`` that ``own.repetition`` has ended
+    here; return the PS's record (its ``label``, ``repetition`` and ``host_load``) and, with
+    ``relay`` (the chief), every worker's load under ``"hosts"``.
+
+    Waits for the PS's task of this repetition to exit (its listener takes the port over);
+    raises :class:`~tfbase.errors.CollectError` if it has not within ``timeout_s``.
+    """
+    host, port = split_address(address)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic())) as sock:
+                greeting = read_line(sock, min(deadline, time.monotonic() + PROBE_WAIT_S))
+                if greeting is not None:
+                    if greeting.get("repetition") != own.repetition:
+                        raise ClusterError(own.label, f"{who} ended repetition {greeting.get('repetition')} while "
+                                                      f"this task ended repetition {own.repetition}: give every "
+                                                      "task the same repeat")
+                    if _send(sock, own.line()):
+                        if not relay:
+                            return greeting
+                        final = read_line(sock, deadline)
+                        if final is not None and isinstance(final.get("hosts"), dict):
+                            return {**greeting, "hosts": final["hosts"]}
+        except OSError:
+            pass  # refused: between the task's exit and the listener
+        time.sleep(RETRY_S)
+    raise CollectError(f"{own.label}: {who} at {address} did not hand over the end of repetition {own.repetition} "
+                       f"within {timeout_s:.0f} s: did its task fail? (see its messages)")
+
+
+def handing_over(sock: socket.socket) -> bool:
+    """Whether a fresh connection to a PS's port reached its handoff listener (still between
+    two repetitions) rather than its task's gRPC server."""
+    return read_line(sock, time.monotonic() + PROBE_WAIT_S) is not None
