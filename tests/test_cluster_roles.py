@@ -424,7 +424,7 @@ def test_hosts_started_with_different_repeats_are_refused(tmp_path, tasks):
                                  "here, 1 on ps0")
     ps.communicate(timeout=60)
     assert ps.returncode == 2
-    assert not list((tmp_path / "run").glob("r*/run.json"))
+    assert not (tmp_path / "run").exists()  # the repetitions are written into run.incomplete until the last
 
 
 # ---------------------------------------------------------------------------- an emulated cluster
@@ -564,6 +564,7 @@ def test_a_repeated_job_writes_a_run_directory_per_repetition_and_their_summary(
         assert f"tfsim: host of ps0 (repetition {k} of 2): " in ps_err
         assert f"tfsim: host of worker0 (repetition {k} of 2): " in chief.stderr
     assert sorted(p.name for p in out.iterdir()) == ["r1", "r2", "repeats.json"]
+    assert not list(tmp_path.glob("*.incomplete"))
     summary = json.loads((out / "repeats.json").read_text())
     assert (summary["format"], summary["repeat"], summary["workers"], summary["batch_size"]) == (
         "tfsim.repeats/1", 2, 1, 4)

@@ -51,6 +51,7 @@ from tfprofile.harness.capture import (
 from tfprofile.harness.capture_site import CaptureDuty, PsCapture, capture_duty, chief_record
 from tfprofile.harness.handoff import Handoff, hand_over, handing_over, serve_handoff
 from tfprofile.harness.launcher import (
+    INCOMPLETE_SUFFIX,
     CollectConfig,
     TrainingApi,
     _die_with_parent,
@@ -154,12 +155,7 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     if role.task.is_chief:
         if role.repeat == 1:
             return _run_chief(config, role, duty, progress=progress, overwrite=overwrite)
-        _check_chief_tools(role, duty)
-        out = _fresh_repeat_dir(config.out_dir, overwrite=overwrite)
-        for k in range(1, role.repeat + 1):
-            _run_chief(dataclasses.replace(config, out_dir=out / repetition_name(k)), role, duty,
-                       progress=progress, overwrite=False, repetition=k)
-        return out
+        return _run_chief_repeated(config, role, duty, progress=progress, overwrite=overwrite)
     repeated, capturing = role.repeat > 1, duty is CaptureDuty.CAPTURE
     if capturing and repeated:  # PS 0 captures each repetition into its own directory of --out
         require_tools("tcpdump")
@@ -315,10 +311,30 @@ def _check_chief_tools(role: RoleOptions, duty: CaptureDuty) -> None:
         require_tools("iperf3")
 
 
+def _run_chief_repeated(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
+                        overwrite: bool) -> Path:
+    """The chief's ``role.repeat`` runs, each a run directory ``rK`` of ``config.out_dir``
+    (written as ``out_dir`` + :data:`INCOMPLETE_SUFFIX` until the last is complete)."""
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    _check_chief_tools(role, duty)
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    for k in range(1, role.repeat + 1):
+        _run_chief(dataclasses.replace(config, out_dir=partial / repetition_name(k)), role, duty,
+                   progress=progress, overwrite=False, repetition=k, published=out / repetition_name(k))
+    publish_run_dir(partial, out)
+    return out
+
+
 def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
-               overwrite: bool, repetition: int = 0) -> Path:
+               overwrite: bool, repetition: int = 0, published: Path | None = None) -> Path:
     """The chief's run; ``repetition`` (from 1) of a repeated job also ends it on every host
-    and records every host's load in run.json."""
+    and records every host's load in run.json. ``published``: where the run directory will be
+    once the job is complete (for messages), if not ``config.out_dir``."""
     out = config.out_dir
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
@@ -344,12 +360,14 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
                 capture_record = _stop_capture(tcpdump, capture, role, partial)
                 tcpdump = None
         say_host_load("worker0", meter.sample, _repetition_text(role, repetition))
+        # the PS tasks wait for this before their next repetition: end it first
+        loads = _end_repetition(config, role, Handoff("worker0", repetition, meter.sample.as_dict())) \
+            if repetition else None
         extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
                  "cluster_source": role.cluster_source,
                  "task": {"role": "worker", "index": 0}, "hosts": hosts_record(role),
                  "placement": _placement_record(config, role, partial), "iperf3_links": links}
         if repetition:
-            loads = _end_repetition(config, role, Handoff("worker0", repetition, meter.sample.as_dict()))
             extra.update(repetition={"index": repetition, "of": role.repeat}, host_loads=loads)
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
                         time.monotonic() - started, capture_record, extra=extra)
@@ -357,7 +375,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
         if duty is CaptureDuty.RECORD:
             print(f"tfsim: the capture was taken on ps0 ({capture_record['taken_on']}): copy "
                   f"{capture_record['file']} and {capture_record['record']} from its --out directory"
-                  + (f"'s {out.name}" if repetition else "") + f" into {out}",
+                  + (f"'s {out.name}" if repetition else "") + f" into {published or out}",
                   file=sys.stderr, flush=True)
         return out
     finally:
