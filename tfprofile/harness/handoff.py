@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import selectors
 import socket
 import time
 
@@ -31,7 +32,7 @@ from tfprofile.harness.tfconfig import split_address
 
 PREFIX = b"TFSIM-HANDOFF "
 LINE_LIMIT_BYTES = 1 << 16  # a line holds a few hosts' loads; anything longer is not ours
-PROBE_WAIT_S = 0.5  # how long a probe waits for a greeting (a gRPC server sends none, or other bytes)
+PROBE_WAIT_S = 1.0  # how long a probe waits for a greeting (a gRPC server sends none, or other bytes)
 REPLY_WAIT_S = 5.0  # how long the PS waits for a worker's line once it has greeted it
 RETRY_S = 0.1
 
@@ -50,13 +51,29 @@ class Handoff:
         return PREFIX + json.dumps(record, sort_keys=True).encode() + b"\n"
 
 
+def parse_line(buffer: bytes) -> tuple[bool, dict | None]:
+    """What the bytes received so far say: ``(complete, record)``. Complete with a record: a
+    handoff line; complete without: anything else (a gRPC server's or client's bytes, a line too
+    long or not JSON); not complete: a handoff line may still follow."""
+    head = buffer[:len(PREFIX)]
+    if PREFIX[:len(head)] != head or len(buffer) > LINE_LIMIT_BYTES:
+        return True, None
+    if b"\n" not in buffer:
+        return False, None
+    try:
+        record = json.loads(buffer.split(b"\n", 1)[0][len(PREFIX):])
+    except ValueError:
+        return True, None
+    return True, record if isinstance(record, dict) and isinstance(record.get("label"), str) else None
+
+
 def read_line(sock: socket.socket, deadline: float) -> dict | None:
     """One handoff line from ``sock`` before ``deadline`` (``time.monotonic()``); ``None`` when
-    the peer closes, sends nothing in time, or sends anything else (a gRPC server's bytes)."""
+    the peer closes, sends nothing in time, or sends anything else."""
     buffer = b""
-    while b"\n" not in buffer:
+    while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or len(buffer) > LINE_LIMIT_BYTES:
+        if remaining <= 0:
             return None
         sock.settimeout(remaining)
         try:
@@ -66,17 +83,9 @@ def read_line(sock: socket.socket, deadline: float) -> dict | None:
         if not chunk:
             return None
         buffer += chunk
-        head = buffer[:len(PREFIX)]
-        if PREFIX[:len(head)] != head:
-            return None
-    line = buffer.split(b"\n", 1)[0]
-    if not line.startswith(PREFIX):
-        return None
-    try:
-        record = json.loads(line[len(PREFIX):])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("label"), str) else None
+        complete, record = parse_line(buffer)
+        if complete:
+            return record
 
 
 def _send(sock: socket.socket, data: bytes) -> bool:
@@ -87,10 +96,19 @@ def _send(sock: socket.socket, data: bytes) -> bool:
     return True
 
 
+@dataclasses.dataclass
+class _Reply:
+    """A connection the PS has greeted, and what it has answered so far."""
+
+    conn: socket.socket
+    opened: float
+    buffer: bytes = b""
+
+
 def serve_handoff(port: int, own: Handoff, workers: int, timeout_s: float) -> dict[str, dict]:
     """A PS's side: listen on ``port`` until each of the ``workers`` workers has reported the
     end of ``own.repetition`` and the chief has had every worker's load; return those loads
-    by task label.
+    by task label. Every connection is greeted at once, however many are open.
 
     Raises :class:`~tfbase.errors.CollectError` when a worker does not report within
     ``timeout_s``, :class:`~tfbase.errors.ClusterError` when one reports another repetition.
@@ -99,42 +117,81 @@ def serve_handoff(port: int, own: Handoff, workers: int, timeout_s: float) -> di
     loads: dict[str, dict] = {}
     chief: socket.socket | None = None
     deadline = time.monotonic() + timeout_s
-    with socket.create_server(("", port)) as listener:  # SO_REUSEADDR: the task's connections linger
+    # SO_REUSEADDR (create_server's default): the task's connections linger in TIME_WAIT
+    with socket.create_server(("", port)) as listener, selectors.DefaultSelector() as selector:
+        listener.setblocking(False)
+        selector.register(listener, selectors.EVENT_READ)
         try:
-            while True:
-                if chief is not None and expected <= loads.keys():
-                    _send(chief, own.line(hosts=loads))
-                    return loads
+            while chief is None or not expected <= loads.keys():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     missing = ", ".join(sorted(expected - loads.keys() or {"worker0"}))
                     raise CollectError(f"{own.label}: {missing} did not report the end of repetition "
                                        f"{own.repetition} within {timeout_s:.0f} s (see its messages)")
-                listener.settimeout(remaining)
-                try:
-                    conn, _ = listener.accept()
-                except TimeoutError:
-                    continue
-                keep = False
-                try:
-                    if not _send(conn, own.line()):
+                for key, _ in selector.select(min(remaining, REPLY_WAIT_S)):
+                    if key.data is None:
+                        _greet(listener, selector, own)
                         continue
-                    record = read_line(conn, time.monotonic() + REPLY_WAIT_S)
-                    if record is None or record["label"] not in expected:
-                        continue  # a probe, or not one of this job's workers
+                    record = _answer(key.data, selector)
+                    if record is None:
+                        continue  # not complete yet, or a probe
+                    if record["label"] not in expected or record.get("repetition") != own.repetition:
+                        key.data.conn.close()
+                    if record["label"] not in expected:
+                        continue  # not one of this job's workers
                     if record.get("repetition") != own.repetition:
                         raise ClusterError(own.label, f"{record['label']} ended repetition "
                                                       f"{record.get('repetition')} while this task ended repetition "
                                                       f"{own.repetition}: give every task the same repeat")
                     loads[record["label"]] = record.get("host_load")
                     if record["label"] == "worker0":
-                        chief, keep = conn, True
-                finally:
-                    if not keep:
-                        conn.close()
+                        chief = key.data.conn  # answered once every worker has reported
+                    else:
+                        key.data.conn.close()
+                for key in list(selector.get_map().values()):  # a greeted connection that stays silent
+                    if key.data is not None and time.monotonic() - key.data.opened > REPLY_WAIT_S:
+                        selector.unregister(key.fileobj)
+                        key.data.conn.close()
+            chief.settimeout(REPLY_WAIT_S)
+            _send(chief, own.line(hosts=loads))
+            return loads
         finally:
+            for key in list(selector.get_map().values()):
+                if key.data is not None:
+                    key.data.conn.close()
             if chief is not None:
                 chief.close()
+
+
+def _greet(listener: socket.socket, selector: selectors.BaseSelector, own: Handoff) -> None:
+    try:
+        conn, _ = listener.accept()
+    except OSError:  # gone before it was accepted
+        return
+    conn.settimeout(REPLY_WAIT_S)
+    if not _send(conn, own.line()):
+        conn.close()
+        return
+    conn.setblocking(False)
+    selector.register(conn, selectors.EVENT_READ, _Reply(conn, time.monotonic()))
+
+
+def _answer(reply: _Reply, selector: selectors.BaseSelector) -> dict | None:
+    """Read what a greeted connection sent; its handoff record once complete (the connection
+    then leaves the selector, and stays open), else ``None`` (closed if it will never be one)."""
+    try:
+        chunk = reply.conn.recv(4096)
+    except BlockingIOError:
+        return None
+    except OSError:
+        chunk = b""
+    reply.buffer += chunk
+    complete, record = parse_line(reply.buffer) if chunk else (True, None)
+    if complete:
+        selector.unregister(reply.conn)
+        if record is None:
+            reply.conn.close()
+    return record
 
 
 def hand_over(address: str, who: str, own: Handoff, *, relay: bool, timeout_s: float) -> dict:
