@@ -108,7 +108,8 @@ def _task_env(config: CollectConfig) -> dict:
 def wait_reachable(role: RoleOptions) -> None:
     """Wait until every PS task's gRPC port accepts a TCP connection, or fail after
     ``connect_timeout_s`` naming the PS that did not answer. A repeated job's PS that is still
-    ending the last repetition (:mod:`tfprofile.harness.handoff`) does not count as reachable."""
+    ending the last repetition (:mod:`tfprofile.harness.handoff`) does not count as reachable,
+    nor as silent: it waits for the other hosts, as long as its own timeout allows."""
     deadline = time.monotonic() + role.connect_timeout_s
     for p, address in enumerate(role.cluster.ps):
         host, port = split_address(address)
@@ -117,13 +118,14 @@ def wait_reachable(role: RoleOptions) -> None:
                 with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)) as sock:
                     if role.repeat == 1 or not handing_over(sock):
                         break
-                reason = "it is still ending the last repetition"
+                # it waits for another host to end the last repetition: its own timeout bounds that
+                deadline = time.monotonic() + role.connect_timeout_s
             except OSError as exc:
-                reason = exc.strerror or str(exc)
-            if time.monotonic() > deadline:
-                raise ClusterError(role.task.label, f"ps{p} at {address} is unreachable ({reason}) "
-                                                    f"after {role.connect_timeout_s:g} s (--connect-timeout): "
-                                                    f"is its task started and TCP port {port} open?") from None
+                if time.monotonic() > deadline:
+                    raise ClusterError(role.task.label, f"ps{p} at {address} is unreachable "
+                                                        f"({exc.strerror or exc}) after {role.connect_timeout_s:g} s "
+                                                        f"(--connect-timeout): is its task started and TCP port "
+                                                        f"{port} open?") from None
             time.sleep(0.25)
 
 
