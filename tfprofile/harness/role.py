@@ -13,6 +13,10 @@ Each host runs one ``tfsim collect`` per task, with the cluster from ``TF_CONFIG
   directory, whose ``run.json`` records the cluster spec, the hosts and the placement;
 - with ``config.capture_site`` ``PS``, **PS 0** captures instead, every worker's traffic with
   it, into its own ``out_dir``, and the chief records where (:mod:`tfprofile.harness.capture_site`).
+- with ``repeat`` N > 1 every task runs N times in step, each time afresh: after each
+  repetition each PS's process holds its task's port until every worker has reported the end
+  (:mod:`tfprofile.harness.handoff`, which also brings every host's load to the chief), and the
+  chief writes repetition K's run directory as ``out_dir/rK`` (the summary is ``tfsim``'s).
 
 Bad input (:class:`~tfbase.errors.ClusterError`, exit status 2) names the task; a task that
 fails otherwise raises :class:`~tfbase.errors.CollectError`. This module does not import
