@@ -34,6 +34,7 @@ PREFIX = b"TFSIM-HANDOFF "
 LINE_LIMIT_BYTES = 1 << 16  # a line holds a few hosts' loads; anything longer is not ours
 PROBE_WAIT_S = 1.0  # how long a probe waits for a greeting (a gRPC server sends none, or other bytes)
 REPLY_WAIT_S = 5.0  # how long the PS waits for a worker's line once it has greeted it
+CONNECT_WAIT_S = 3.0  # as a worker's wait for a PS: a connection not made by then is retried
 RETRY_S = 0.1
 
 
@@ -206,7 +207,7 @@ def hand_over(address: str, who: str, own: Handoff, *, relay: bool, timeout_s: f
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((host, port), timeout=max(0.1, deadline - time.monotonic())) as sock:
+            with socket.create_connection((host, port), timeout=CONNECT_WAIT_S) as sock:
                 greeting = read_line(sock, min(deadline, time.monotonic() + PROBE_WAIT_S))
                 if greeting is not None:
                     if greeting.get("repetition") != own.repetition:
