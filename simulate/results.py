@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from simulate.engine import SimRun
+from tfbase.errors import UsageError
 
 # The columns of a prediction table, one row per configuration (docs/formats.md §6).
 ROW_COLUMNS = (
@@ -29,6 +31,27 @@ def t95(dof: int) -> float:
     if dof < 1:
         return math.inf
     return _T95[dof - 1] if dof <= len(_T95) else 1.96 + 2.4 / dof  # within 0.1% of the exact value
+
+
+def measurement_stats(values: Sequence[float]) -> dict:
+    """Mean, min, max, coefficient of variation and the 95% CI half-width (Student's t) of
+    repeated measurements of one point (the lab's repeats, ``tfsim collect --role --repeat``'s
+    repetitions).
+
+    Examples
+    --------
+    >>> stats = measurement_stats([100.0, 110.0, 90.0])
+    >>> stats["mean"], stats["min"], stats["max"], round(stats["cv"], 3), round(stats["ci95"], 1)
+    (100.0, 90.0, 110.0, 0.1, 24.8)
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise UsageError("repeat", "no measurement to summarise")
+    mean = float(x.mean())
+    sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
+    half = t95(x.size - 1) * sd / math.sqrt(x.size) if x.size > 1 else math.nan
+    return {"mean": mean, "min": float(x.min()), "max": float(x.max()), "cv": sd / mean if mean else math.nan,
+            "ci95": half}
 
 
 def completion_times(run: SimRun) -> np.ndarray:

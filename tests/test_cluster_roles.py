@@ -442,6 +442,107 @@ def test_capture_site_without_capture_exits_2_in_local_mode(tmp_path, capsys, mo
     assert not (tmp_path / "run").exists()
 
 
+# ---------------------------------------------------------------------------- repetitions, no TensorFlow
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--repeat", "0"), "argument --repeat: must be at least 1, not 0 (see tfsim collect --help)"),
+    (("--repeat", "-2"), "argument --repeat: must be at least 1, not -2 (see tfsim collect --help)"),
+    (("--repeat", "2"), "--repeat: repeats a job with one task per host: give --role (or TF_CONFIG); on one "
+                        "machine, tfsim lab --repeat measures each point N times"),
+    (("--repeat", "2", "--api", "tf2-pss", "--role", "chief"), "--repeat: not yet for --api tf2-pss"),
+])
+def test_bad_repeat_exits_2(extra, message, tmp_path, capsys, monkeypatch):
+    from cli_runner import run
+
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    code, _, err = run(["collect", *TINY, *extra, "--out", tmp_path / "run"], capsys)
+    assert (code, err.strip().splitlines()) == (2, [f"tfsim: error: {message}"])
+    assert not list(tmp_path.iterdir())
+
+
+def test_hosts_with_different_repeats_disagree():
+    from tfbase.errors import UsageError
+    from tfprofile.harness.launcher import CollectConfig
+    from tfprofile.harness.role import agreement_options
+
+    config = CollectConfig(Path("run"))
+    assert "repeat" not in agreement_options(config)  # a job run once records what it always did
+    twice = {"options": agreement_options(config, 2)}
+    assert agreement_difference(twice, {"options": agreement_options(config)}, "ps0") == "repeat is 2 here, 1 on ps0"
+    assert agreement_difference({"options": agreement_options(config)}, twice, "ps0") == "repeat is 1 here, 2 on ps0"
+    assert agreement_difference(twice, {"options": agreement_options(config, 2)}, "ps0") is None
+    with pytest.raises(UsageError, match=r"^repeat: must be at least 1, not 0$"):
+        _role("worker0", repeat=0)
+
+
+def test_the_end_of_a_repetition_reaches_every_host():
+    """PS 0's listener greets a probe without counting it, tells each worker its own load, and
+    gives the chief every worker's load once both have reported."""
+    import threading
+
+    from tfprofile.harness.handoff import Handoff, hand_over, handing_over, serve_handoff
+
+    (port,) = free_ports(1)
+    address = f"127.0.0.1:{port}"
+    served: dict = {}
+    ps = threading.Thread(target=lambda: served.update(serve_handoff(port, Handoff("ps0", 3, {"outside_cores": 0.5}),
+                                                                      2, timeout_s=60)))
+    ps.start()
+    answers: dict = {}
+
+    def chief() -> None:
+        answers["worker0"] = hand_over(address, "ps0", Handoff("worker0", 3, {"outside_cores": 0.01}), relay=True,
+                                       timeout_s=60)
+
+    first = threading.Thread(target=chief)
+    first.start()
+    deadline = time.monotonic() + 60
+    while True:  # the listener is up once a probe is greeted
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                assert handing_over(sock)
+                break
+        except ConnectionRefusedError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    answers["worker1"] = hand_over(address, "ps0", Handoff("worker1", 3, {"outside_cores": 0.2}), relay=False,
+                                   timeout_s=60)
+    first.join(60)
+    ps.join(60)
+    assert served == {"worker0": {"outside_cores": 0.01}, "worker1": {"outside_cores": 0.2}}
+    assert answers["worker1"] == {"label": "ps0", "repetition": 3, "host_load": {"outside_cores": 0.5}}
+    assert answers["worker0"]["hosts"] == served and answers["worker0"]["host_load"] == {"outside_cores": 0.5}
+
+
+def test_a_worker_in_another_repetition_is_refused():
+    import threading
+
+    from tfprofile.harness.handoff import Handoff, hand_over, serve_handoff
+
+    (port,) = free_ports(1)
+    errors: list = []
+
+    def ps() -> None:
+        try:
+            serve_handoff(port, Handoff("ps0", 1, {}), 1, timeout_s=60)
+        except ClusterError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=ps)
+    thread.start()
+    with pytest.raises(ClusterError, match=r"^worker0: ps0 ended repetition 1 while this task ended repetition 2: "
+                                           r"give every task the same repeat$"):
+        hand_over(f"127.0.0.1:{port}", "ps0", Handoff("worker0", 2, {}), relay=True, timeout_s=60)
+    thread.join(1)  # the PS still waits for worker 0's report of repetition 1
+    assert errors == [] and thread.is_alive()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:  # a worker of repetition 2 answers anyway
+        sock.recv(4096)
+        sock.sendall(Handoff("worker0", 2, {}).line())
+    thread.join(60)
+    assert errors == ["ps0: worker0 ended repetition 2 while this task ended repetition 1: give every task the same "
+                      "repeat"]
+
+
 # ---------------------------------------------------------------------------- TensorFlow on loopback
 
 @pytest.mark.tensorflow
@@ -469,6 +570,22 @@ def test_a_different_model_on_the_ps_is_refused(tmp_path, tasks):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.tensorflow
+def test_hosts_started_with_different_repeats_are_refused(tmp_path, tasks):
+    pytest.importorskip("tensorflow")
+    ps_port, worker_port = free_ports(2)
+    config = tf_config([f"127.0.0.1:{ps_port}"], [f"127.0.0.1:{worker_port}"])
+    ps = tasks.start("collect", "--role", "ps", *TINY, env=env_with(config))
+    chief = tfsim("collect", "--role", "worker", *TINY, "--repeat", "2", "--out", tmp_path / "run",
+                  env=env_with(config))
+    assert chief.returncode == 2
+    assert error_line(chief) == ("tfsim: error: worker0: the model or run options differ from ps0's: repeat is 2 "
+                                 "here, 1 on ps0")
+    ps.communicate(timeout=60)
+    assert ps.returncode == 2
+    assert not (tmp_path / "run").exists()  # the repetitions are written into run.incomplete until the last
+
+
 # ---------------------------------------------------------------------------- an emulated cluster
 
 @pytest.fixture(scope="module")
@@ -485,9 +602,9 @@ def lab():
 
 
 def _run_job(lab, tasks, out: Path, ps_hosts: list[str], *chief_args: str,
-             options: tuple = TINY) -> tuple[subprocess.CompletedProcess, list]:
+             options: tuple = TINY) -> tuple[subprocess.CompletedProcess, list[subprocess.CompletedProcess]]:
     """Start a PS in each of ``ps_hosts``, then the chief in w0, every task with ``options``; return the
-    chief's result and the PS processes."""
+    chief's result and the PS tasks'."""
     hosts = lab.hosts
     config = {"ps": [f"{hosts[h].address}:2222" for h in ps_hosts], "worker": [f"{hosts['w0'].address}:2222"]}
     ps_procs = [tasks.start("collect", "--role", "ps", "--task-index", p, "--iperf-server", *options,
@@ -496,9 +613,8 @@ def _run_job(lab, tasks, out: Path, ps_hosts: list[str], *chief_args: str,
     chief = tfsim("collect", *options, "--out", out, *chief_args,
                   env=env_with(json.dumps({"cluster": config, "task": {"type": "worker", "index": 0}})),
                   prefix=hosts["w0"].exec_prefix())
-    for proc in ps_procs:
-        proc.communicate(timeout=60)
-    return chief, ps_procs
+    outputs = [proc.communicate(timeout=60) for proc in ps_procs]
+    return chief, [subprocess.CompletedProcess(p.args, p.returncode, *o) for p, o in zip(ps_procs, outputs)]
 
 
 @needs_lab
@@ -521,6 +637,9 @@ def test_one_ps_job_calibrates_profiles_and_predicts(lab, tasks, tmp_path):
     assert 150e6 < rate < 210e6
     assert record["placement"]["ps_tasks"] == 1 and record["placement"]["bytes_per_ps"] == [547504]
     assert not list(run.glob("*.incomplete"))
+    # a job run once is what it always was: no repetition, no other host's load, no repeat to agree on
+    assert not {"repetition", "host_loads"} & set(record) and not (run / "repeats.json").exists()
+    assert "repeat" not in json.loads((run / "logs" / "worker0.spec.json").read_text())["agreement"]
     # Each host records its load while its task ran, and what of it was not the task's own.
     load = record["host_load"]
     assert load["wall_s"] > 1 and 0 < load["own_cores"] and 0 <= load["outside_cores"] <= load["machine_cores"]
@@ -582,6 +701,49 @@ def test_two_ps_job_keeps_each_server_apart(lab, tasks, tmp_path):
     rows = json.loads(table.read_text())["rows"]
     assert sorted(r["workers"] for r in rows) == [1, 2] and {r["servers"] for r in rows} == {2}
     assert all(r["throughput_eps"] > 0 for r in rows)
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_a_repeated_job_writes_a_run_directory_per_repetition_and_their_summary(lab, tasks, tmp_path):
+    """Two repetitions of a one-PS job, each on fresh TF servers: two run directories that read
+    as any other, and repeats.json whose throughput is what each one's step times give."""
+    pytest.importorskip("tensorflow")
+    import tfprofile
+    from simulate.results import measurement_stats
+    from tfsim.lab.measure import measured_throughput
+
+    out = tmp_path / "run"
+    chief, ps_procs = _run_job(lab, tasks, out, ["ps0"], options=(*TINY, "--repeat", "2"))
+    assert chief.returncode == 0, chief.stderr
+    ps_out, ps_err = ps_procs[0].stdout, ps_procs[0].stderr
+    assert ps_procs[0].returncode == 0, ps_err
+    assert ps_out.strip() == "ps0: done" and chief.stdout.strip() == str(out)
+    for k in (1, 2):
+        assert f"tfsim: host of ps0 (repetition {k} of 2): " in ps_err
+        assert f"tfsim: host of worker0 (repetition {k} of 2): " in chief.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["r1", "r2", "repeats.json"]
+    assert not list(tmp_path.glob("*.incomplete"))
+    summary = json.loads((out / "repeats.json").read_text())
+    assert (summary["format"], summary["repeat"], summary["workers"], summary["batch_size"]) == (
+        "tfsim.repeats/1", 2, 1, 4)
+    runs = []
+    for k, rep in enumerate(summary["repetitions"], 1):
+        run = out / f"r{k}"
+        record = json.loads((run / "run.json").read_text())
+        assert record["repetition"] == {"index": k, "of": 2} and record["status"] == "complete"
+        assert sorted(record["host_loads"]) == ["ps0", "worker0"]
+        assert record["host_loads"]["worker0"] == record["host_load"]
+        measured = measured_throughput(run)
+        assert rep["repetition"] == k and rep["run_dir"] == f"r{k}"
+        assert rep["throughput_eps"] == measured["throughput_eps"] > 0
+        assert rep["outside_cores"] == {h: load["outside_cores"] for h, load in record["host_loads"].items()}
+        assert rep["flagged"] == any(c > 0.1 for c in rep["outside_cores"].values())
+        assert len(tfprofile.read_profile(run).graph.name) > 0  # a run directory profile reads unchanged
+        runs.append(measured["throughput_eps"])
+    assert summary["throughput_eps"] == pytest.approx(measurement_stats(runs), rel=1e-12)
+    assert summary["flagged_repetitions"] == [r["repetition"] for r in summary["repetitions"] if r["flagged"]]
+    assert f"tfsim: 2 repetitions: {summary['throughput_eps']['mean']:.2f} examples/s" in chief.stderr
 
 
 @needs_lab

@@ -13,6 +13,10 @@ Each host runs one ``tfsim collect`` per task, with the cluster from ``TF_CONFIG
   directory, whose ``run.json`` records the cluster spec, the hosts and the placement;
 - with ``config.capture_site`` ``PS``, **PS 0** captures instead, every worker's traffic with
   it, into its own ``out_dir``, and the chief records where (:mod:`tfprofile.harness.capture_site`).
+- with ``repeat`` N > 1 every task runs N times in step, each time afresh: after each
+  repetition each PS's process holds its task's port until every worker has reported the end
+  (:mod:`tfprofile.harness.handoff`, which also brings every host's load to the chief), and the
+  chief writes repetition K's run directory as ``out_dir/rK`` (the summary is ``tfsim``'s).
 
 Bad input (:class:`~tfbase.errors.ClusterError`, exit status 2) names the task; a task that
 fails otherwise raises :class:`~tfbase.errors.CollectError`. This module does not import
@@ -22,6 +26,7 @@ TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -35,7 +40,7 @@ import time
 from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
-from tfbase.load import LoadMeter, reaped_children_s
+from tfbase.load import LoadMeter, LoadSample, reaped_children_s
 from tfprofile.harness.capture import (
     IperfServer,
     Tcpdump,
@@ -55,7 +60,9 @@ from tfprofile.harness.capture_site import (
     chief_record,
     ps_hosts,
 )
+from tfprofile.harness.handoff import Handoff, hand_over, handing_over, serve_handoff
 from tfprofile.harness.launcher import (
+    INCOMPLETE_SUFFIX,
     CollectConfig,
     TrainingApi,
     _die_with_parent,
@@ -81,9 +88,11 @@ AGREED_OPTIONS = ("model", "model_fn", "batch_size", "image_size", "num_classes"
 
 
 
-def agreement_options(config: CollectConfig) -> dict:
-    """The run options every task of a job must share."""
-    return {name: getattr(config, name) for name in AGREED_OPTIONS}
+def agreement_options(config: CollectConfig, repeat: int = 1) -> dict:
+    """The run options every task of a job must share; ``repeat`` only when it is not 1, so
+    that a job run once records what it always did."""
+    options = {name: getattr(config, name) for name in AGREED_OPTIONS}
+    return {**options, "repeat": repeat} if repeat != 1 else options
 
 
 def _spec(config: CollectConfig, role: RoleOptions, out_dir: Path) -> dict:
@@ -94,7 +103,7 @@ def _spec(config: CollectConfig, role: RoleOptions, out_dir: Path) -> dict:
         "workers": len(role.cluster.worker), "placement": config.placement,
         "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
         "learning_rate": config.learning_rate, "out_dir": str(out_dir.resolve()), "zero_init": config.zero_init,
-        "role": role.task.role, "task_index": role.task.index, "agreement": agreement_options(config),
+        "role": role.task.role, "task_index": role.task.index, "agreement": agreement_options(config, role.repeat),
         "startup_timeout_s": config.startup_timeout_s, "timeout_s": config.timeout_s,
     }
 
@@ -109,20 +118,26 @@ def _task_env(config: CollectConfig) -> dict:
 
 def wait_reachable(role: RoleOptions) -> None:
     """Wait until every PS task's gRPC port accepts a TCP connection, or fail after
-    ``connect_timeout_s`` naming the PS that did not answer."""
+    ``connect_timeout_s`` naming the PS that did not answer. A repeated job's PS that is still
+    ending the last repetition (:mod:`tfprofile.harness.handoff`) does not count as reachable,
+    nor as silent: it waits for the other hosts, as long as its own timeout allows."""
     deadline = time.monotonic() + role.connect_timeout_s
     for p, address in enumerate(role.cluster.ps):
         host, port = split_address(address)
         while True:
             try:
-                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)):
-                    break
+                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)) as sock:
+                    if role.repeat == 1 or not handing_over(sock):
+                        break
+                # it waits for another host to end the last repetition: its own timeout bounds that
+                deadline = time.monotonic() + role.connect_timeout_s
             except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise ClusterError(role.task.label, f"ps{p} at {address} is unreachable ({exc.strerror or exc}) "
-                                                        f"after {role.connect_timeout_s:g} s (--connect-timeout): "
-                                                        f"is its task started and TCP port {port} open?") from None
-                time.sleep(0.25)
+                    raise ClusterError(role.task.label, f"ps{p} at {address} is unreachable "
+                                                        f"({exc.strerror or exc}) after {role.connect_timeout_s:g} s "
+                                                        f"(--connect-timeout): is its task started and TCP port "
+                                                        f"{port} open?") from None
+            time.sleep(0.25)
 
 
 def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) -> tuple[_Task, queue.Queue]:
@@ -140,25 +155,73 @@ def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: P
 
 def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
              overwrite: bool = False) -> Path | None:
-    """Run this host's task of the job; return the run directory (the chief), PS 0's capture
-    directory (PS 0 capturing at the PS) or ``None``."""
+    """Run this host's task of the job (``role.repeat`` times, in step with the other hosts);
+    return the run directory (the chief; with repeat, the directory of the repetitions' run
+    directories ``r1``, ``r2``, ...), PS 0's capture directory (PS 0 capturing at the PS) or ``None``."""
     if config.api is TrainingApi.TF2_PSS:
+        if role.repeat != 1:
+            raise UsageError("repeat", "not yet for a tf2-pss job")
         from tfprofile.harness.pss_role import run_pss_task
 
         return run_pss_task(config, role, progress=progress, overwrite=overwrite)
     duty = capture_duty(config, role)
     if role.task.is_chief:
-        return _run_chief(config, role, duty, progress=progress, overwrite=overwrite)
-    capture_dir = PsCapture.prepare(config.out_dir, overwrite=overwrite) if duty is CaptureDuty.CAPTURE else None
+        if role.repeat == 1:
+            return _run_chief(config, role, duty, progress=progress, overwrite=overwrite)
+        return _run_chief_repeated(config, role, duty, progress=progress, overwrite=overwrite)
+    repeated, capturing = role.repeat > 1, duty is CaptureDuty.CAPTURE
+    if capturing and repeated:  # PS 0 captures each repetition into its own directory of --out
+        require_tools("tcpdump")
+        require_root("collect --capture")
+        _fresh_repeat_dir(config.out_dir, overwrite=overwrite)
+    single_capture = PsCapture.prepare(config.out_dir, overwrite=overwrite) if capturing and not repeated else None
+    server = IperfServer.start(role.iperf_port) if role.iperf_server else None
+    out = None
+    try:
+        for k in range(1, role.repeat + 1):
+            capture_out = config.out_dir / repetition_name(k) if repeated else config.out_dir
+            capture_dir = PsCapture.prepare(capture_out, overwrite=False) if capturing and repeated else single_capture
+            sample, out = _run_once(config, role, capture_out, capture_dir)
+            say_host_load(role.task.label, sample, _repetition_text(role, k))
+            if repeated:
+                _end_repetition(config, role, Handoff(role.task.label, k, sample.as_dict()))
+    finally:
+        if server is not None:
+            server.stop()
+    return config.out_dir if capturing and repeated else out
+
+
+def repetition_name(k: int) -> str:
+    """The directory of repetition ``k`` (from 1) of a repeated job: ``r1``, ``r2``, ..."""
+    return f"r{k}"
+
+
+def _fresh_repeat_dir(out: Path, *, overwrite: bool) -> Path:
+    """The empty directory that a repeated job's repetitions go into."""
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    return out
+
+
+def _repetition_text(role: RoleOptions, k: int) -> str:
+    return f"repetition {k} of {role.repeat}" if role.repeat > 1 else ""
+
+
+def _run_once(config: CollectConfig, role: RoleOptions, capture_out: Path,
+              capture_dir: Path | None) -> tuple[LoadSample, Path | None]:
+    """One run of a PS's or non-chief worker's task: its host's load while it ran, and PS 0's
+    capture directory (when it captures)."""
     if role.task.role == "worker":
         wait_reachable(role)
     work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
     (work / "logs").mkdir()
-    server = IperfServer.start(role.iperf_port) if role.iperf_server else None
     task, capture, out = None, None, None
     try:
         # tcpdump first, so that it sees every connection the job opens
-        capture = PsCapture.start(config.out_dir, capture_dir, role) if capture_dir is not None else None
+        capture = PsCapture.start(capture_out, capture_dir, role) if capture_dir is not None else None
         with LoadMeter(reaped_children_s) as meter:
             task, lines = _start_task(config, role, work, work)
             watch_task(task, lines, config)
@@ -170,14 +233,27 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     finally:
         if task is not None:
             task.stop()
-        if server is not None:
-            server.stop()
         if capture is not None:
             capture.abandon()
         stop_running_captures()
     shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
-    say_host_load(role.task.label, meter.sample)
-    return out
+    return meter.sample, out
+
+
+def _end_repetition(config: CollectConfig, role: RoleOptions, own: Handoff) -> dict[str, dict]:
+    """The barrier at the end of a repetition (:mod:`tfprofile.harness.handoff`): a PS waits
+    for every worker; a worker tells every PS. Return every host's load by task label (the
+    chief's view; the others' is partial)."""
+    if role.task.role == "ps":
+        port = split_address(role.cluster.ps[role.task.index])[1]
+        loads = serve_handoff(port, own, len(role.cluster.worker), config.startup_timeout_s)
+        return {**loads, own.label: own.host_load}
+    loads = {own.label: own.host_load}
+    for p, address in enumerate(role.cluster.resolved().ps):
+        answer = hand_over(address, f"ps{p}", own, relay=role.task.is_chief, timeout_s=config.startup_timeout_s)
+        loads[answer["label"]] = answer.get("host_load")
+        loads.update(answer.get("hosts", {}))
+    return {label: loads[label] for label in sorted(loads)}
 
 
 def _measure_links(config: CollectConfig, role: RoleOptions, run_dir: Path) -> list[dict]:
@@ -222,16 +298,42 @@ def _placement_record(config: CollectConfig, role: RoleOptions, run_dir: Path) -
     return {"strategy": config.placement, "ps_tasks": len(role.cluster.ps), "bytes_per_ps": per_ps}
 
 
-def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
-               overwrite: bool) -> Path:
-    out = config.out_dir
-    if out.exists() and not overwrite:
-        raise UsageError(out, "already exists; choose another --out or pass --force")
+def _check_chief_tools(role: RoleOptions, duty: CaptureDuty) -> None:
     if duty is CaptureDuty.CAPTURE:
         require_tools("tcpdump")
         require_root("collect --capture")
     if role.iperf:
         require_tools("iperf3")
+
+
+def _run_chief_repeated(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
+                        overwrite: bool) -> Path:
+    """The chief's ``role.repeat`` runs, each a run directory ``rK`` of ``config.out_dir``
+    (written as ``out_dir`` + :data:`INCOMPLETE_SUFFIX` until the last is complete)."""
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    _check_chief_tools(role, duty)
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    for k in range(1, role.repeat + 1):
+        _run_chief(dataclasses.replace(config, out_dir=partial / repetition_name(k)), role, duty,
+                   progress=progress, overwrite=False, repetition=k, published=out / repetition_name(k))
+    publish_run_dir(partial, out)
+    return out
+
+
+def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, progress: bool,
+               overwrite: bool, repetition: int = 0, published: Path | None = None) -> Path:
+    """The chief's run; ``repetition`` (from 1) of a repeated job also ends it on every host
+    and records every host's load in run.json. ``published``: where the run directory will be
+    once the job is complete (for messages), if not ``config.out_dir``."""
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    _check_chief_tools(role, duty)
     wait_reachable(role)
     partial = fresh_partial_dir(out)
     started = time.monotonic()
@@ -252,17 +354,23 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
             if tcpdump is not None:  # tcpdump's CPU time too: it is part of the measurement
                 capture_record = _stop_capture(tcpdump, capture, role, partial)
                 tcpdump = None
-        say_host_load("worker0", meter.sample)
+        say_host_load("worker0", meter.sample, _repetition_text(role, repetition))
+        # the PS tasks wait for this before their next repetition: end it first
+        loads = _end_repetition(config, role, Handoff("worker0", repetition, meter.sample.as_dict())) \
+            if repetition else None
         extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
                  "cluster_source": role.cluster_source,
                  "task": {"role": "worker", "index": 0}, "hosts": hosts_record(role),
                  "placement": _placement_record(config, role, partial), "iperf3_links": links}
+        if repetition:
+            extra.update(repetition={"index": repetition, "of": role.repeat}, host_loads=loads)
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
                         time.monotonic() - started, capture_record, extra=extra)
         publish_run_dir(partial, out)
         if duty is CaptureDuty.RECORD:
             print(f"tfsim: the capture was taken on ps0 ({capture_record['taken_on']}): copy "
-                  f"{capture_record['file']} and {capture_record['record']} from its --out directory into {out}",
+                  f"{capture_record['file']} and {capture_record['record']} from its --out directory"
+                  + (f"'s {out.name}" if repetition else "") + f" into {published or out}",
                   file=sys.stderr, flush=True)
         return out
     finally:

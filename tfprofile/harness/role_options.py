@@ -13,7 +13,8 @@ from tfprofile.harness.tfconfig import ClusterSpec, TaskId
 
 @dataclasses.dataclass(frozen=True)
 class RoleOptions:
-    """Where this task sits in the job and what it does beside training."""
+    """Where this task sits in the job and what it does beside training; ``repeat``: how many
+    times the job runs, in step on every host (:mod:`tfprofile.harness.handoff`)."""
 
     task: TaskId
     cluster: ClusterSpec
@@ -23,8 +24,11 @@ class RoleOptions:
     iperf_server: bool = False
     iperf_port: int = IPERF_PORT
     capture_interface: str | None = None
+    repeat: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or self.repeat < 1:
+            raise UsageError("repeat", f"must be at least 1, not {self.repeat!r}")
         if not self.connect_timeout_s > 0:
             raise UsageError("connect_timeout_s", f"must be positive, not {self.connect_timeout_s}")
         if not 0 < self.iperf_port < 65536:

@@ -81,9 +81,11 @@ def _apply(state: TaskProgress, event: dict, bar) -> None:
         state.error = event
 
 
-def say_host_load(label: str, sample: LoadSample) -> None:
-    """One stderr line: this host's load while its task ran, and how much of it was not the task."""
-    print(f"tfsim: host of {label}: {sample.machine_cores:.2f} cores busy while the task ran, "
+def say_host_load(label: str, sample: LoadSample, repetition: str = "") -> None:
+    """One stderr line: this host's load while its task ran (in ``repetition`` of a repeated
+    job), and how much of it was not the task."""
+    where = f" ({repetition})" if repetition else ""
+    print(f"tfsim: host of {label}{where}: {sample.machine_cores:.2f} cores busy while the task ran, "
           f"{sample.outside_cores:.2f} beyond the task's own"
           + (f" (more than {OUTSIDE_LOAD_LIMIT_CORES:g}: this run was measured on a loaded host)"
              if sample.flagged else ""), file=sys.stderr, flush=True)

@@ -194,6 +194,10 @@ def load_task(env: Mapping[str, str], cluster_spec: str | os.PathLike | None = N
     return cluster, TaskId(role, index), where
 
 
+# Options a task records only when they are not their default (a job run once records what it always did).
+OPTION_DEFAULTS = {"repeat": 1}
+
+
 def agreement_difference(own: dict, theirs: dict, other: str) -> str | None:
     """What first differs between this task's agreement record and task ``other``'s, as
     ``"batch_size is 8 here, 16 on ps0"``; ``None`` when they agree.
@@ -203,7 +207,8 @@ def agreement_difference(own: dict, theirs: dict, other: str) -> str | None:
     on the parameter servers.
     """
     for key in sorted(set(own.get("options", {})) | set(theirs.get("options", {}))):
-        mine, yours = own.get("options", {}).get(key), theirs.get("options", {}).get(key)
+        default = OPTION_DEFAULTS.get(key)
+        mine, yours = own.get("options", {}).get(key, default), theirs.get("options", {}).get(key, default)
         if mine != yours:
             return f"{key} is {mine!r} here, {yours!r} on {other}"
     if own.get("cluster") != theirs.get("cluster"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from tfbase.errors import ClusterError, InputError
@@ -108,6 +109,11 @@ def register(sub) -> None:
                       help="iperf3 runs per direction and PS host (default: 3)")
     role.add_argument("--iperf-seconds", type=float, default=3.0, metavar="S",
                       help="length of one iperf3 run (default: 3)")
+    role.add_argument("--repeat", type=positive_int, default=1, metavar="N",
+                      help="run the job N times in step, each time on fresh TF servers (give every task the same "
+                           "N): the chief writes RUN_DIR/r1 ... RUN_DIR/rN, each a run directory, and "
+                           "RUN_DIR/repeats.json, each repetition's throughput and every host's outside load, with "
+                           "mean, min, max, CV and 95%% CI; --api tf1 only (default: 1, one run directory RUN_DIR)")
     p.set_defaults(handler=run)
 
 
@@ -119,7 +125,12 @@ def _role_mode(args) -> bool:
 def run(args) -> int:
     from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi, collect
 
+    if args.repeat != 1 and not _role_mode(args):
+        raise InputError("--repeat", "repeats a job with one task per host: give --role (or TF_CONFIG); on one "
+                                     "machine, tfsim lab --repeat measures each point N times")
     if args.api == "tf2-pss":
+        if args.repeat != 1:
+            raise InputError("--repeat", "not yet for --api tf2-pss")
         for flag, given in (("--trace-every", args.trace_every != 1), ("--placement", args.placement != "round_robin")):
             if given:
                 raise InputError(flag, "applies to --api tf1 only (tf2-pss traces a time window: --trace-ms)")
@@ -151,6 +162,10 @@ def run(args) -> int:
         from tfprofile.harness.role import run_task
 
         out = run_task(config, role, progress=not args.no_progress, overwrite=args.force)
+        if out is not None and role.task.is_chief and role.repeat > 1:
+            from tfsim.repeats import summary_line, write_repeats
+
+            print(summary_line(write_repeats(out, role.repeat)), file=sys.stderr, flush=True)
         print(out if out is not None else f"{role.task.label}: done")
         return 0
     out = collect(config, progress=not args.no_progress, overwrite=args.force,
@@ -172,4 +187,4 @@ def _role_options(args):
             raise ClusterError(task.label, f"{flag} {given} disagrees with the cluster in {source} ({count})")
     return RoleOptions(task, cluster, source, connect_timeout_s=args.connect_timeout, iperf=args.iperf,
                        iperf_server=args.iperf_server, iperf_port=args.iperf_port,
-                       capture_interface=args.capture_interface)
+                       capture_interface=args.capture_interface, repeat=args.repeat)

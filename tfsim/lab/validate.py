@@ -40,7 +40,7 @@ from simulate.cluster import overflow_onset_workers
 from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
 from simulate.config import TaskHosts
-from simulate.results import t95
+from simulate.results import measurement_stats
 from simulate.sweep import parse_workers, predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
@@ -312,28 +312,6 @@ def simulated_hosts(setting: LabSetting) -> dict:
     quotas = setting.quotas()
     return {"colocation": TaskHosts(worker_cores=max(1.0, quotas.worker_cores),
                                     ps_cores=max(1.0, quotas.ps_cores))}
-
-
-def measurement_stats(values: Sequence[float]) -> dict:
-    """Mean, min, max, coefficient of variation and the 95% CI half-width (Student's t) of
-    repeated measurements of one point.
-
-    Examples
-    --------
-    >>> stats = measurement_stats([100.0, 110.0, 90.0])
-    >>> stats["mean"], stats["min"], stats["max"], round(stats["cv"], 3), round(stats["ci95"], 1)
-    (100.0, 90.0, 110.0, 0.1, 24.8)
-    """
-    import numpy as np
-
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        raise UsageError("repeat", "no measurement to summarise")
-    mean = float(x.mean())
-    sd = float(x.std(ddof=1)) if x.size > 1 else 0.0
-    half = t95(x.size - 1) * sd / math.sqrt(x.size) if x.size > 1 else math.nan
-    return {"mean": mean, "min": float(x.min()), "max": float(x.max()), "cv": sd / mean if mean else math.nan,
-            "ci95": half}
 
 
 def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: int, rerun_loaded: bool,
