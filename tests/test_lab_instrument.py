@@ -50,6 +50,27 @@ def test_a_task_in_its_cgroup_gets_no_more_than_its_quota():
 
 
 @needs_cgroups
+def test_the_cpu_trace_reads_a_task_at_its_quota_inside_a_window():
+    """A busy loop under a 0.25-core quota, sampled while it runs: over a window inside the run
+    it used 0.25 core and was throttled most of the time; over the whole run less (start-up)."""
+    from tfsim.lab.cgroups import LabCgroups
+    from tfsim.lab.cpu_trace import MACHINE, CpuTrace, window_usage
+
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 2.0: pass\n"
+    with LabCgroups() as cgroups:
+        group = cgroups.group("ps0", 0.25)
+        with CpuTrace([group], interval_s=0.05) as trace:
+            started = time.time()
+            subprocess.run([*group.wrapper(), sys.executable, "-c", spin], check=True)
+            ended = time.time()
+    inside = window_usage(trace.samples, started + 0.8, ended - 0.3)
+    assert abs(inside["ps0"]["cores"] - 0.25) < 0.04
+    assert 0.5 < inside["ps0"]["throttled_fraction"] <= 1.0
+    assert 0 < inside[MACHINE]["cores"] <= os.cpu_count()
+    assert window_usage(trace.samples, started - 60, ended) == {}  # the samples do not reach back that far
+
+
+@needs_cgroups
 def test_cleanup_removes_the_groups_of_dead_runs_only():
     from tfsim.lab.cgroups import PREFIX, LabCgroups, cleanup_cgroups, find_hierarchy
 

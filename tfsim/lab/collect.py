@@ -8,6 +8,7 @@ from pathlib import Path
 from tfbase.load import LoadMeter, LoadSample
 from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
+from tfsim.lab.cpu_trace import CpuTrace
 from tfsim.lab.netns import EmulatedCluster, Shaper, Transport, allowed_congestion_control, terminate_on_signals
 from tfsim.lab.netstats import HostLinkCounters, read_host_counters
 
@@ -46,13 +47,16 @@ class HostQuotas:
 @dataclasses.dataclass(frozen=True)
 class LabRun:
     """A finished run in the lab: its directory, the machine's load while it ran, each task's
-    CPU use and throttling, and each host's link and TCP counters (drops, retransmissions,
-    timeouts: :mod:`tfsim.lab.netstats`)."""
+    CPU use and throttling, each host's link and TCP counters (drops, retransmissions,
+    timeouts: :mod:`tfsim.lab.netstats`), and the tasks' CPU sampled while it ran
+    (:class:`~tfsim.lab.cpu_trace.CpuTrace`, read over a window by
+    :func:`~tfsim.lab.cpu_trace.window_usage`)."""
 
     run_dir: Path
     load: LoadSample
     tasks: dict[str, CpuStats]
     links: dict[str, HostLinkCounters] = dataclasses.field(default_factory=dict)
+    cpu_samples: tuple = ()
 
 
 def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.0, progress: bool = True,
@@ -73,7 +77,7 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
             EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms, transport=transport) as cluster:
         groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]
         hosts = [cluster.hosts[n] for n in names]
-        with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter:
+        with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter, CpuTrace(groups) as trace:
             out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
                           command_prefixes=[h.exec_prefix() for h in hosts],
                           task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0",
@@ -81,4 +85,4 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
         tasks = {g.name: g.stats() for g in groups}
         links = {n: read_host_counters(cluster.hosts[n].namespace, cluster.bridge_namespace, cluster.port_of(n))
                  for n in names}
-    return LabRun(out, meter.sample, tasks, links)
+    return LabRun(out, meter.sample, tasks, links, tuple(trace.samples))

@@ -54,7 +54,8 @@ from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
 from tfsim.lab.collect import HostQuotas, LabRun, collect_in_lab
-from tfsim.lab.measure import measured_throughput
+from tfsim.lab.cpu_trace import window_usage
+from tfsim.lab.measure import measured_throughput, measured_window, read_step_spans
 from tfsim.lab.netns import DEFAULT_QUEUE_MS, Transport, require_lab_tools
 
 
@@ -232,7 +233,7 @@ RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profil
                   "predict_replicas", "predicted_grpc_min_eps", "predicted_grpc_max_eps",
                   "inside_grpc", "ranges_overlap_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
-                  "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run",
+                  "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run", "ps_cores_used_in_window",
                   *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS)
 
@@ -319,7 +320,7 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
     """Measure the real job ``repeat`` times with ``workers`` workers, each on a fresh cluster;
     a run during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load
     the lab did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
-    runs, loads, reruns, throttled, steps, sums, spreads = [], [], 0, [], [], [], []
+    runs, loads, reruns, throttled, steps, sums, spreads, ps_window = [], [], 0, [], [], [], [], []
     transport_runs: list[dict] = []
     for k in range(repeat):
         for attempt in range(2 if rerun_loaded else 1):
@@ -341,6 +342,8 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
         loads.append(lab_run.load)
         throttled.append(sum(t.throttled_s for t in lab_run.tasks.values()))
         transport_runs.append(transport_summary(lab_run, lab_run.run_dir))
+        window_cpu = window_usage(lab_run.cpu_samples, *measured_window(read_step_spans(lab_run.run_dir)[0]))
+        ps_window.append(window_cpu.get("ps0", {}).get("cores", math.nan))
         write_json(measure_dir / "lab.json", {
             "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"], "rule": measured["rule"],
             "window_s": measured["window_s"], "per_worker_eps": measured["per_worker_eps"],
@@ -351,12 +354,13 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
             "tasks": {name: dataclasses.asdict(stats) for name, stats in lab_run.tasks.items()},
             "links": {name: counters.as_dict() for name, counters in lab_run.links.items()},
             "transport": transport_runs[-1],
+            "window_cpu": window_cpu,
             "quotas": dataclasses.asdict(setting.quotas())})
     return {"runs": runs, "stats": measurement_stats(runs), "step_s": float(sorted(steps)[len(steps) // 2]),
             "outside_load_cores": max(load.outside_cores for load in loads),
             "loaded_runs": sum(load.flagged for load in loads), "reruns": reruns,
             "throttled_s_per_run": sum(throttled) / len(throttled), "per_worker_sum_eps": sum(sums) / len(sums),
-            "finish_spread_s": max(spreads),
+            "finish_spread_s": max(spreads), "ps_cores_used_in_window": sum(ps_window) / len(ps_window),
             **{c: sum(t[c] for t in transport_runs) / len(transport_runs) for c in TRANSPORT_COLUMNS}}
 
 
@@ -508,6 +512,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "measured_step_s": point["step_s"], "computation_scale": scale,
             "outside_load_cores": point["outside_load_cores"], "loaded_runs": point["loaded_runs"],
             "reruns": point["reruns"], "throttled_s_per_run": point["throttled_s_per_run"],
+            "ps_cores_used_in_window": point["ps_cores_used_in_window"],
             **{c: point[c] for c in TRANSPORT_COLUMNS},
             **overflow_columns(setting, cluster, w),
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
@@ -561,16 +566,21 @@ def _transport_lines(frame) -> list[str]:
              "(RTO) over every host, and the measured steps' mean over their median (a tail of stalled steps "
              "shows as a ratio above 1).", "",
              "`overflow expected`: W connections each keeping the calibrated queue window queued at the PS's "
-             "port hold more than its shaper's buffer.", "",
+             "port hold more than its shaper's buffer. `PS CPU`: the cores PS 0 used over the measured window "
+             "(tfsim/lab/cpu_trace.py), and its quota.", "",
              "| setting | W | buffer (KB) | W x window (KB) | overflow expected | drops down | drops up | "
-             "retransmitted | timeouts | step mean / median |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "retransmitted | timeouts | step mean / median | PS CPU (cores) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in frame.iterrows():
+        quota = r.get("ps_cores")
+        ps_cpu = r.get("ps_cores_used_in_window", math.nan)
+        ps_cpu_text = "" if not math.isfinite(ps_cpu) else f"{ps_cpu:.2f}" + (
+            f" of {quota:.2f}" if isinstance(quota, float) and math.isfinite(quota) else "")
         lines.append(f"| {r['setting']} | {r['workers']} | {r['buffer_bytes'] / 1e3:.0f} | "
                      f"{r['workers'] * r['queue_window_up_bytes'] / 1e3:.0f} | "
                      f"{'yes' if r['overflow_expected'] else 'no'} | {r['ps_drops_down_per_run']:.0f} | "
                      f"{r['ps_drops_up_per_run']:.0f} | {r['retrans_segs_per_run']:.0f} | "
-                     f"{r['rto_timeouts_per_run']:.1f} | {r['step_mean_over_median']:.2f} |")
+                     f"{r['rto_timeouts_per_run']:.1f} | {r['step_mean_over_median']:.2f} | {ps_cpu_text} |")
     return lines
 
 
