@@ -8,6 +8,7 @@ ROLE.spec.json``), which names the run directory. Every wait below is a poll wit
 never a timing assertion.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -102,6 +103,17 @@ def assert_clean_failure(stderr: str, run: Path) -> None:
             open_run_dir(partial)
 
 
+def first_traced_step_done(run: Path) -> bool:
+    """Whether the chief worker has finished its first traced (measured) step: its progress lines,
+    kept in ``logs/worker0.progress`` (the traces themselves are written only after the last step)."""
+    kept = run.with_name("run.incomplete") / "logs" / "worker0.progress"
+    try:
+        lines = kept.read_text().splitlines()
+    except OSError:
+        return False
+    return any(json.loads(line.split(" ", 1)[1]).get("traced", 0) >= 1 for line in lines if line.startswith("TFSIM-"))
+
+
 def host_qdiscs() -> str:
     return subprocess.run(["tc", "qdisc", "show"], capture_output=True, text=True).stdout if IS_ROOT else ""
 
@@ -150,8 +162,7 @@ def test_collect_task_killed_mid_run(clean_state, victim, workers):
     run = clean_state / "run"
     proc = start_tfsim("collect", *LONG_TINY, "--workers", workers, "--out", run)
     try:
-        first_trace = run.with_name("run.incomplete") / "trace" / "step_00000.pb.gz"
-        assert wait_until(first_trace.exists, 120), "the run never reached its first measured step"
+        assert wait_until(lambda: first_traced_step_done(run), 120), "the run never reached its first measured step"
         pid = task_pid(clean_state, victim)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -167,8 +178,7 @@ def test_ctrl_c_mid_run_leaves_no_complete_run(clean_state):
     run = clean_state / "run"
     proc = start_tfsim("collect", *LONG_TINY, "--out", run)
     try:
-        first_trace = run.with_name("run.incomplete") / "trace" / "step_00000.pb.gz"
-        assert wait_until(first_trace.exists, 120)
+        assert wait_until(lambda: first_traced_step_done(run), 120)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -183,8 +193,7 @@ def test_sigterm_mid_run_stops_every_task(clean_state):
     run = clean_state / "run"
     proc = start_tfsim("collect", *LONG_TINY, "--out", run)
     try:
-        first_trace = run.with_name("run.incomplete") / "trace" / "step_00000.pb.gz"
-        assert wait_until(first_trace.exists, 120)
+        assert wait_until(lambda: first_traced_step_done(run), 120)
         assert task_pid(clean_state, "ps0") and task_pid(clean_state, "worker0")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)

@@ -355,6 +355,10 @@ def collect(
             except queue.Empty:
                 line = ""
             if line and line.startswith(PROGRESS_PREFIX):
+                # Kept beside the chief's log: its stdout comes here, not there, and a run that
+                # stops or hangs then shows how far it got.
+                with open(chief_task.log_path.with_suffix(".progress"), "a") as kept:
+                    kept.write(line if line.endswith("\n") else line + "\n")
                 event = json.loads(line[len(PROGRESS_PREFIX):])
                 if on_event:
                     on_event(event)

@@ -44,6 +44,22 @@ class Disagreement(Exception):
     """This task's model or run options differ from another task's."""
 
 
+def _compress_traces(tf1, trace_dir: Path, steps: list[int]) -> None:
+    """Turn each traced step's ``step_NNNNN.pb`` into ``step_NNNNN.pb.gz``, and the first one also
+    into TensorFlow's Chrome-trace form, for tools that read it."""
+    for k, measured in enumerate(steps):
+        raw = trace_dir / f"step_{measured:05d}.pb"
+        data = raw.read_bytes()
+        (trace_dir / f"step_{measured:05d}.pb.gz").write_bytes(gzip.compress(data, mtime=0))
+        raw.unlink()
+        if k == 0:
+            from tensorflow.python.client import timeline
+
+            chrome = timeline.Timeline(tf1.RunMetadata.FromString(data).step_stats).generate_chrome_trace_format(
+                show_dataflow=True)
+            (trace_dir / f"step_{measured:05d}.chrome.json.gz").write_bytes(gzip.compress(chrome.encode(), mtime=0))
+
+
 def _session_config(tf1, spec: dict, device_filters: list[str]):
     return tf1.ConfigProto(
         intra_op_parallelism_threads=spec["intra_op_threads"],
@@ -283,22 +299,15 @@ def run_worker(spec: dict) -> int:
                 wall = time.perf_counter() - start
                 step_rows.append((index, step, int(measured >= 0), int(trace), f"{start_unix:.6f}", f"{wall:.6f}"))
                 if trace:
-                    # Kept, and written once the steps are done: serialising and compressing a trace
-                    # between steps spends CPU that, under a CPU quota (a container's limit), the
-                    # next step pays for by waiting out the quota's period.
-                    traces.append((measured, metadata))
+                    # Written as it is, and compressed (and the first one converted) only after the
+                    # last step: compressing between steps spends CPU that, under a CPU quota (a
+                    # container's limit), the next, untraced step pays for by waiting out the quota's period.
+                    (out / "trace" / f"step_{measured:05d}.pb").write_bytes(metadata.SerializeToString())
+                    traces.append(measured)
                     traced += 1
                 if chief or role_mode:
                     emit_progress("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced)
-            for k, (measured, metadata) in enumerate(traces):
-                data = gzip.compress(metadata.SerializeToString(), mtime=0)
-                (out / "trace" / f"step_{measured:05d}.pb.gz").write_bytes(data)
-                if k == 0:  # the same step in TensorFlow's Chrome-trace form, for tools that read it
-                    from tensorflow.python.client import timeline
-
-                    chrome = timeline.Timeline(metadata.step_stats).generate_chrome_trace_format(show_dataflow=True)
-                    (out / "trace" / f"step_{measured:05d}.chrome.json.gz").write_bytes(
-                        gzip.compress(chrome.encode(), mtime=0))
+            _compress_traces(tf1, out / "trace", traces)
 
             if role_mode and not chief:
                 sess.run(step_queue.enqueue([index, step_times_csv(step_rows)]))
