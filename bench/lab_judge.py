@@ -50,7 +50,7 @@ from simulate.sweep import predict  # noqa: E402
 from simulate.untrace import fit_computation_scale, scale_computation  # noqa: E402
 from tfprofile.dag import Resource  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
-from tfsim.lab.validate import CLOSE_ENOUGH, untraced_step_s  # noqa: E402
+from tfsim.lab.validate import CLOSE_ENOUGH, MACHINE_CORES, untraced_step_s  # noqa: E402
 
 PSCPU_FIT_WORKERS = (1, 2)  # the measuring runs whose PS CPU time gives its CPU per worker-step
 
@@ -72,14 +72,15 @@ def with_ps_cpu(setting: Path, profile, cluster, quota: float, hosts: dict):
     """The ``pscpu`` variant's profile and cluster (see the module docstring)."""
     graph = profile.graph
     ops_cpu_s = float(profile.duration_s[:, graph.resource == Resource.PS].sum(axis=1).mean()) * min(1.0, quota)
-    extra_wall_s = max(0.0, ps_cpu_per_step_s(setting) - ops_cpu_s) / min(1.0, quota)
+    ps_cpu_s = ps_cpu_per_step_s(setting)
+    extra_wall_s = max(0.0, ps_cpu_s - ops_cpu_s) / min(1.0, quota)
     up_bytes = float(graph.size_bytes[graph.resource == Resource.UPLINK].sum())
     up = cluster.overhead_uplink
     changed = dataclasses.replace(cluster, overhead_uplink=Overhead(up.alpha_s_per_byte + extra_wall_s / up_bytes,
                                                                     up.beta_s))
     target = untraced_step_s(setting / "profile-run")
     scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
-    print(f"{setting.name} pscpu: PS CPU {ps_cpu_per_step_s(setting) * 1e3:.2f} ms per worker-step, ops "
+    print(f"{setting.name} pscpu: PS CPU {ps_cpu_s * 1e3:.2f} ms per worker-step, ops "
           f"{ops_cpu_s * 1e3:.2f} ms: {extra_wall_s * 1e3:.1f} ms more on the PS host per step; "
           f"correction x{scale:.3f}", file=sys.stderr, flush=True)
     return scale_computation(profile, scale), changed
@@ -102,7 +103,7 @@ VARIANTS = {  # name -> (predict() keyword arguments on top of the lab's, a chan
 def hosts_of(row: pd.Series) -> dict:
     """The lab's simulated hosts for a result row (tfsim.lab.validate.simulated_hosts)."""
     if row["hosts"] == "co-located":
-        return {"cores": float(row.get("machine_cores", 2.0))}
+        return {"cores": MACHINE_CORES}
     return {"colocation": TaskHosts(max(1.0, float(row["ps_cores"])), max(1.0, float(row["worker_cores"])))}
 
 

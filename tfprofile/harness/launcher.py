@@ -212,9 +212,17 @@ def _task_command(spec_path: Path, prefix: Sequence[str]) -> list[str]:
     return [*prefix, sys.executable, "-m", "tfprofile.harness.task", str(spec_path)]
 
 
-def _read_lines(stream, sink: queue.Queue) -> None:
-    for line in iter(stream.readline, ""):
-        sink.put(line)
+def _read_lines(stream, sink: queue.Queue, keep: Path | None = None) -> None:
+    """Pass ``stream``'s lines to ``sink`` (then None); with ``keep``, also append its progress
+    lines there: the chief's stdout comes here, not to its log, and a run that stops or hangs
+    then shows how far it got."""
+    with contextlib.ExitStack() as stack:
+        kept = stack.enter_context(open(keep, "a")) if keep is not None else None
+        for line in iter(stream.readline, ""):
+            if kept is not None and line.startswith(PROGRESS_PREFIX):
+                kept.write(line if line.endswith("\n") else line + "\n")
+                kept.flush()
+            sink.put(line)
     sink.put(None)
 
 
@@ -339,7 +347,8 @@ def collect(
             tasks.append(_Task(role, index, proc, log_path))
         chief_task = next(t for t in tasks if (t.role == "coordinator" if pss else t.role == "worker" and t.index == 0))
         lines: queue.Queue = queue.Queue()
-        threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines), daemon=True).start()
+        threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines,
+                                                   chief_task.log_path.with_suffix(".progress")), daemon=True).start()
 
         total = config.warmup_steps + config.steps
         if progress:
@@ -355,10 +364,6 @@ def collect(
             except queue.Empty:
                 line = ""
             if line and line.startswith(PROGRESS_PREFIX):
-                # Kept beside the chief's log: its stdout comes here, not there, and a run that
-                # stops or hangs then shows how far it got.
-                with open(chief_task.log_path.with_suffix(".progress"), "a") as kept:
-                    kept.write(line if line.endswith("\n") else line + "\n")
                 event = json.loads(line[len(PROGRESS_PREFIX):])
                 if on_event:
                     on_event(event)

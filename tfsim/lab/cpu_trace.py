@@ -82,10 +82,8 @@ def window_usage(samples: Sequence[tuple[float, Mapping[str, tuple[float, float]
     names = [n for n in samples[0][1] if all(n in values for _, values in samples)]
     usage = {}
     for name in names:
-        used = np.array([values[name][0] for _, values in samples])
-        throttled = np.array([values[name][1] for _, values in samples])
-        span = end_s - start_s
-        usage[name] = {"cores": float(np.interp(end_s, times, used) - np.interp(start_s, times, used)) / span,
-                       "throttled_fraction": float(np.interp(end_s, times, throttled)
-                                                   - np.interp(start_s, times, throttled)) / span}
+        counters = np.array([values[name] for _, values in samples])  # (samples, 2): CPU s, throttled s
+        used, throttled = (float(np.interp(end_s, times, c) - np.interp(start_s, times, c)) / (end_s - start_s)
+                           for c in counters.T)
+        usage[name] = {"cores": used, "throttled_fraction": throttled}
     return usage

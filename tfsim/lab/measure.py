@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -98,19 +99,22 @@ def window_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
     """
     start, t1 = measured_window(steps)
     if not t1 > start:
-        return {"throughput_eps": float("nan"), "window_s": 0.0, "per_worker_eps": []}
+        return {"throughput_eps": float("nan"), "window_s": 0.0, "window_unix_s": (math.nan, math.nan),
+                "per_worker_eps": []}
     per_worker = []
     for s in steps.values():
         inside = np.clip(np.minimum(s[:, 1], t1) - np.maximum(s[:, 0], start), 0.0, None)
         per_worker.append(float(batch * np.sum(inside / (s[:, 1] - s[:, 0])) / (t1 - start)))
-    return {"throughput_eps": float(np.sum(per_worker)), "window_s": t1 - start, "per_worker_eps": per_worker}
+    return {"throughput_eps": float(np.sum(per_worker)), "window_s": t1 - start, "window_unix_s": (start, t1),
+            "per_worker_eps": per_worker}
 
 
 def spans_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
     """The lab's measurement of a run from its workers' step spans (as :func:`read_step_spans`
     gives them): ``throughput_eps`` by the common window (:func:`window_throughput`; when the
     workers' measured steps never all overlap, one finished before another began, nothing
-    better than the per-worker sum is left, and ``rule`` says which), ``window_s``,
+    better than the per-worker sum is left, and ``rule`` says which), ``window_s`` and
+    ``window_unix_s`` (its start and end, nan when there is none),
     ``per_worker_eps``, ICPE §4.1's ``per_worker_sum_eps`` (:func:`per_worker_sum`),
     ``workers``, and ``finish_spread_s``, the spread of the workers' last step ends (how
     unevenly they shared).
@@ -123,14 +127,16 @@ def spans_throughput(steps: dict[int, np.ndarray], batch: int) -> dict:
     ('common window', 64.0, 0.5)
     """
     if not steps:
-        return {"throughput_eps": float("nan"), "rule": "common window", "window_s": 0.0, "per_worker_eps": [],
-                "per_worker_sum_eps": float("nan"), "workers": 0, "finish_spread_s": 0.0}
+        return {"throughput_eps": float("nan"), "rule": "common window", "window_s": 0.0,
+                "window_unix_s": (math.nan, math.nan), "per_worker_eps": [], "per_worker_sum_eps": float("nan"),
+                "workers": 0, "finish_spread_s": 0.0}
     window = window_throughput(steps, batch)
     own_sum = per_worker_sum(steps, batch)
     common = bool(np.isfinite(window["throughput_eps"]))
     ends = [float(s[-1, 1]) for s in steps.values()]
     return {"throughput_eps": window["throughput_eps"] if common else own_sum,
             "rule": "common window" if common else "per-worker sum", "window_s": window["window_s"],
+            "window_unix_s": window["window_unix_s"],
             "per_worker_eps": window["per_worker_eps"], "per_worker_sum_eps": own_sum,
             "workers": len(steps), "finish_spread_s": max(ends) - min(ends)}
 

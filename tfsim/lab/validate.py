@@ -55,7 +55,7 @@ from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
 from tfsim.lab.collect import HostQuotas, LabRun, collect_in_lab
 from tfsim.lab.cpu_trace import window_usage
-from tfsim.lab.measure import measured_throughput, measured_window, read_step_spans
+from tfsim.lab.measure import measured_throughput
 from tfsim.lab.netns import DEFAULT_QUEUE_MS, Transport, require_lab_tools
 
 
@@ -190,7 +190,7 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
     # computation-bound to link-bound (tiny 0.5 MB per step and direction, the recommender 2.2 MB
     # with its lookups on the PS, convnet 5.4 MB behind 0.3 s of computation, wide_mlp 28 MB),
     # each at two link rates, W = 1..6, every task an equal share of the machine. Measured steps
-    # per run differ by model so that 3 repetitions of every point fit in about 75 minutes here.
+    # per run differ by model; with 3 repetitions of every point it took 82 minutes here.
     "matrix": (
         LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=MATRIX_WORKERS, measure_steps=60),
         LabSetting("tiny-50mbit", "tiny", 32, 50_000_000, workers=MATRIX_WORKERS, measure_steps=40),
@@ -342,7 +342,7 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
         loads.append(lab_run.load)
         throttled.append(sum(t.throttled_s for t in lab_run.tasks.values()))
         transport_runs.append(transport_summary(lab_run, lab_run.run_dir))
-        window_cpu = window_usage(lab_run.cpu_samples, *measured_window(read_step_spans(lab_run.run_dir)[0]))
+        window_cpu = window_usage(lab_run.cpu_samples, *measured["window_unix_s"])
         ps_window.append(window_cpu.get("ps0", {}).get("cores", math.nan))
         write_json(measure_dir / "lab.json", {
             "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"], "rule": measured["rule"],
