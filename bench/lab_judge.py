@@ -12,6 +12,9 @@ the measured min..max or within 3% of its mean. Variants:
 - ``base``: the lab's own prediction (``ps`` sharing, staggered starts);
 - ``fcfs``, ``hybrid``: the other link sharing rules (docs/model.md §4.1);
 - ``lockstep``: ``base`` with every worker starting at once (``stagger=0``);
+- ``buffer``: ``base`` with the lab's link buffer (results.csv ``buffer_bytes``, the tbf limit)
+  as the cluster's (docs/model.md §4.5), for lab directories calibrated before CLUSTER.json
+  carried it (a newer lab's ``base`` has it already);
 - ``nowindow``: ``base`` without the link's FIFO (queue windows 0: no message wait behind the
   queue, no acknowledgement coupling of the two directions, docs/model.md §4.5);
 - ``pscpu``: ``base`` plus the parameter server's own communication CPU, which the profile does
@@ -86,8 +89,13 @@ def with_ps_cpu(setting: Path, profile, cluster, quota: float, hosts: dict):
     return scale_computation(profile, scale), changed
 
 
-def _no_queue_window(cluster):
+def _no_queue_window(cluster, row):
     return dataclasses.replace(cluster, queue_window_downlink_bytes=0.0, queue_window_uplink_bytes=0.0)
+
+
+def _lab_buffer(cluster, row):
+    buffer = float(row["buffer_bytes"])
+    return dataclasses.replace(cluster, buffer_downlink_bytes=buffer, buffer_uplink_bytes=buffer)
 
 
 VARIANTS = {  # name -> (predict() keyword arguments on top of the lab's, a change to the cluster)
@@ -96,6 +104,7 @@ VARIANTS = {  # name -> (predict() keyword arguments on top of the lab's, a chan
     "hybrid": ({"sharing": "hybrid"}, None),
     "lockstep": ({"stagger": 0.0}, None),
     "nowindow": ({}, _no_queue_window),
+    "buffer": ({}, _lab_buffer),
     "pscpu": ({}, None),  # see with_ps_cpu
 }
 
@@ -118,7 +127,7 @@ def judge(lab: Path, variants: list[str], steps: int, replicas: int) -> pd.DataF
         servers = int(first["ps"]) if int(first["ps"]) != int(first["profile_ps"]) else None
         for variant in variants:
             options, change = VARIANTS[variant]
-            used_profile, used_cluster = profile, change(cluster) if change else cluster
+            used_profile, used_cluster = profile, change(cluster, first) if change else cluster
             if variant == "pscpu":
                 used_profile, used_cluster = with_ps_cpu(lab / setting, profile, cluster, float(first["ps_cores"]),
                                                          hosts_of(first))

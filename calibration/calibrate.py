@@ -63,6 +63,7 @@ import numpy as np
 from calibration.capture_loss import MAX_LOSS_FRACTION, check_loss, link_losses
 from calibration.ceiling import Link, check_ceiling, link_from_run
 from calibration.fit import LineFit, nonnegative_line
+from calibration.pscpu import ps_cpu_record
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
 from calibration.runmatch import match_run, run_server_ports, run_tasks
 from netcapture import IperfSummary, read_capture, summarise_iperf
@@ -83,6 +84,7 @@ MIN_STREAM_BYTES = 100_000
 # few hundred KB) qualifies; its burst is what the token bucket then carries.
 MIN_BUSY_BYTES = 4 * MIN_STREAM_BYTES
 MAX_IPERF_BYTES = 64 * 2**20
+MIN_BUFFER_BYTES = 1500  # one full-size packet: a queue that cannot hold one drops everything
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +135,8 @@ class Calibration:
     kernel_drops: int | None = None
     allowed_loss: bool = False
     link_ceiling: dict = dataclasses.field(default_factory=dict)  # when the link's rate is known (§4.6)
+    buffer_bytes: dict = dataclasses.field(default_factory=dict)  # when the link's buffer is known (§4.7)
+    ps_cpu: dict = dataclasses.field(default_factory=dict)  # when collect sampled the tasks' CPU (§4.8)
 
     @property
     def default_transfer(self) -> str:
@@ -164,6 +168,8 @@ class Calibration:
             "queue_window_bytes": self.queue_window_bytes,
             **({"rpc": self.rpc} if self.rpc else {}),
             **({"link_ceiling": self.link_ceiling} if self.link_ceiling else {}),
+            **({"buffer_bytes": self.buffer_bytes} if self.buffer_bytes else {}),
+            **({"ps_cpu": self.ps_cpu} if self.ps_cpu else {}),
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
@@ -547,7 +553,8 @@ def _kernel_drops(run: dict, capture) -> int | None:
 
 
 def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_loss: bool = False,
-                  link_rate_Bps: float | None = None, allow_above_ceiling: bool = False) -> Calibration:
+                  link_rate_Bps: float | None = None, allow_above_ceiling: bool = False,
+                  buffer_bytes: float | None = None) -> Calibration:
     """Fit a cluster from a run directory made by ``tfsim collect --capture`` (docs/calibration.md).
 
     Parameters
@@ -568,6 +575,11 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         (docs/calibration.md §4.6).
     allow_above_ceiling : bool
         Calibrate although a measured rate is above that ceiling (CLUSTER.json records it).
+    buffer_bytes : float, optional
+        The bytes the link's queue holds before it drops (a switch port's or NIC's buffer), in
+        place of the one ``run.json``'s ``link`` records (the lab records its shaper's). A
+        one-worker run cannot show it; CLUSTER.json's ``buffer_bytes`` bounds the queue the
+        model builds at the link (docs/calibration.md §4.7). Unknown: unbounded.
 
     Returns
     -------
@@ -626,6 +638,13 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     link = Link(link_rate_Bps, "as given") if link_rate_Bps is not None else \
         link_from_run(run.run, run_dir / "run.json")
     ceiling = {} if link is None else _link_ceiling(link, iperf, busy, busy_steps, captures[0], allow_above_ceiling)
+    if buffer_bytes is not None and not (math.isfinite(buffer_bytes) and buffer_bytes >= MIN_BUFFER_BYTES):
+        raise UsageError("buffer_bytes",
+                         f"must be at least one packet ({MIN_BUFFER_BYTES} bytes), not {buffer_bytes!r}")
+    if buffer_bytes is None and link is not None:
+        buffer_bytes = link.buffer_bytes
+    buffers = {} if buffer_bytes is None else {"downlink": float(buffer_bytes), "uplink": float(buffer_bytes)}
+    ps_cpu = ps_cpu_record(run_dir, run.run) or {}
     with warnings.catch_warnings():
         # A skipped step is reported when the profile itself is built; here it would say it twice.
         warnings.filterwarnings("ignore", category=TraceWarning)
@@ -653,6 +672,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
             capture_loss={d: loss.to_json() for d, loss in losses.items()},
             kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
             token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc, link_ceiling=ceiling,
+            buffer_bytes=buffers, ps_cpu=ps_cpu,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])

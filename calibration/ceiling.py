@@ -68,6 +68,7 @@ class Link:
     burst_bytes: int = 0
     peak_rate_Bps: float | None = None
     peak_burst_bytes: int = 0
+    buffer_bytes: int | None = None  # what its queue holds before it drops (None: not known)
 
     def fastest_s(self, wire_bytes: float) -> float:
         """The least time ``wire_bytes`` take, starting with full buckets (0: the buckets hold them)."""
@@ -78,7 +79,8 @@ class Link:
 
     def to_json(self) -> dict:
         return {"rate_Bps": self.rate_Bps, "burst_bytes": self.burst_bytes, "peak_rate_Bps": self.peak_rate_Bps,
-                "peak_burst_bytes": self.peak_burst_bytes, "source": self.source}
+                "peak_burst_bytes": self.peak_burst_bytes,
+                **({"buffer_bytes": self.buffer_bytes} if self.buffer_bytes is not None else {}), "source": self.source}
 
 
 def payload_fraction(mss_bytes: int | None) -> float:
@@ -119,8 +121,12 @@ def link_from_run(run: dict, path: str | os.PathLike) -> Link | None:
         return value
 
     source = record.get("source", "run.json")
+    buffer = record.get("buffer_bytes")
+    if buffer is not None and (isinstance(buffer, bool) or not isinstance(buffer, int)
+                               or not 1 <= buffer <= MAX_BUCKET_BYTES):
+        raise InputError(path, f"link.buffer_bytes must be a whole number of bytes from 1 to 2^40, not {buffer!r}")
     return Link(rate("rate_bit_s", True), str(source), size("burst_bytes"), rate("peak_rate_bit_s", False),
-                size("peak_burst_bytes"))
+                size("peak_burst_bytes"), buffer)
 
 
 def check_ceiling(link: Link, mss_bytes: int | None, rates: list[tuple[str, str, float, float]],

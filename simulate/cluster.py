@@ -209,6 +209,45 @@ class RpcChain:
             object.__setattr__(self, name, check_non_negative(getattr(self, name), name))
 
 
+@dataclasses.dataclass(frozen=True)
+class PsCpu:
+    """The parameter servers' CPU, as the one-worker run measured it (docs/model.md §4.7).
+
+    Attributes:
+        cpu_s_per_step: the CPU time every PS task together spent per untraced step of the one
+            worker: its ops, and the gRPC, serialisation and copying that no trace shows.
+        cores: the CPU a PS task may use (its affinity, bounded by its cgroup's quota).
+        servers: the PS tasks the run had.
+    """
+
+    cpu_s_per_step: float
+    cores: float
+    servers: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("cpu_s_per_step", "cores"):
+            value = _number(getattr(self, name), name)
+            if not (value > 0 and math.isfinite(value)):
+                raise UsageError(name, f"must be positive and finite, not {value}")
+            object.__setattr__(self, name, value)
+        if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
+            raise UsageError("servers", f"the PS tasks must be a whole number from 1, not {self.servers!r}")
+
+    def ceiling_steps_per_s(self, servers: int, compute_scale: float = 1.0) -> float:
+        """The most worker-steps per second ``servers`` PS hosts of these ``cores`` can serve,
+        each step's CPU spread evenly over them and scaled by ``compute_scale`` (a what-if on
+        the PS's speed, docs/model.md §11.1).
+
+        Examples
+        --------
+        >>> PsCpu(cpu_s_per_step=0.008, cores=0.25).ceiling_steps_per_s(servers=1)
+        31.25
+        >>> PsCpu(cpu_s_per_step=0.008, cores=0.25).ceiling_steps_per_s(servers=2, compute_scale=0.5)
+        125.0
+        """
+        return servers * self.cores / (self.cpu_s_per_step * compute_scale)
+
+
 class OverheadPlacement(enum.Enum):
     """Where the parsing overhead of a received tensor runs.
 
@@ -242,8 +281,15 @@ class ClusterModel:
             keeps queued at the link (its TCP congestion window), which a chunk that starts
             while other connections are busy waits behind (docs/model.md §4.5); 0: no wait,
             every chunk shares the link from its first byte.
+        buffer_downlink_bytes, buffer_uplink_bytes: the most bytes the link's FIFO holds (the
+            switch port's or shaper's buffer): the bytes queued there, which messages wait
+            behind and acknowledgements drain through, are at most this (docs/model.md §4.5);
+            inf: unbounded.
         rpc: the step's RunGraph and request messages (:class:`RpcChain`); ``None``: a step
             is its traced ops only.
+        ps_cpu: the parameter servers' CPU per step and cores (:class:`PsCpu`), which bound the
+            throughput any number of workers reach (docs/model.md §4.7); ``None``: not measured,
+            no bound.
         latency_downlink_s, latency_uplink_s: a what-if one-way latency of each direction,
             added to what the calibration measured (docs/model.md §11.2): every transfer's
             bytes, and every message, reach the other end that much later; the link is not
@@ -266,7 +312,10 @@ class ClusterModel:
     bucket_uplink: TokenBucket | None = None
     queue_window_downlink_bytes: float = 0.0
     queue_window_uplink_bytes: float = 0.0
+    buffer_downlink_bytes: float = math.inf
+    buffer_uplink_bytes: float = math.inf
     rpc: RpcChain | None = None
+    ps_cpu: PsCpu | None = None
     latency_downlink_s: float = 0.0
     latency_uplink_s: float = 0.0
     default_transfer: str = "http2"
@@ -280,6 +329,11 @@ class ClusterModel:
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
         for name in ("queue_window_downlink_bytes", "queue_window_uplink_bytes"):
             object.__setattr__(self, name, check_non_negative(getattr(self, name), name))
+        for name in ("buffer_downlink_bytes", "buffer_uplink_bytes"):
+            value = _number(getattr(self, name), name)
+            if not value > 0:
+                raise UsageError(name, f"a link's buffer must be positive bytes (inf: unbounded), not {value}")
+            object.__setattr__(self, name, value)
         for name in ("latency_downlink_s", "latency_uplink_s"):
             object.__setattr__(self, name, check_latency(getattr(self, name), name))
         for name, bucket, peak in (("bucket_downlink", self.bucket_downlink, self.downlink_Bps),
@@ -309,6 +363,18 @@ class ClusterModel:
         downlink_s = check_latency(downlink_s, "latency_s")
         uplink_s = downlink_s if uplink_s is None else check_latency(uplink_s, "latency_s")
         return dataclasses.replace(self, latency_downlink_s=downlink_s, latency_uplink_s=uplink_s)
+
+    def with_buffer(self, buffer_bytes: float) -> ClusterModel:
+        """The same cluster with a link buffer of ``buffer_bytes`` each way (a switch port's),
+        in place of the calibrated one: the queue the model builds at a link holds no more
+        (docs/model.md §4.5).
+
+        Examples
+        --------
+        >>> ClusterModel.from_bandwidth(125e6).with_buffer(256_000).buffer_uplink_bytes
+        256000.0
+        """
+        return dataclasses.replace(self, buffer_downlink_bytes=buffer_bytes, buffer_uplink_bytes=buffer_bytes)
 
     @property
     def window_round_trip_s(self) -> float:

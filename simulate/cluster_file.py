@@ -19,7 +19,7 @@ import os
 import warnings
 from pathlib import Path
 
-from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, RpcChain, TokenBucket
+from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, PsCpu, RpcChain, TokenBucket
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
 from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
@@ -119,13 +119,16 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
             raise ClusterFormatError(source, f"default_transfer must be http2, grpc or fifo, not {default_transfer!r}")
         buckets = _token_buckets(source, data.get("token_bucket"))
         queue = _per_direction_numbers(source, data, "queue_window_bytes")
+        buffer = _buffers(source, data.get("buffer_bytes"))
         rpc = _rpc(source, data.get("rpc"))
+        ps_cpu = _ps_cpu(source, data.get("ps_cpu"))
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
                             overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
                             flow_downlink=flows["downlink"], flow_uplink=flows["uplink"],
                             bucket_downlink=buckets["downlink"], bucket_uplink=buckets["uplink"],
                             queue_window_downlink_bytes=queue["downlink"], queue_window_uplink_bytes=queue["uplink"],
-                            rpc=rpc,
+                            buffer_downlink_bytes=buffer["downlink"], buffer_uplink_bytes=buffer["uplink"],
+                            rpc=rpc, ps_cpu=ps_cpu,
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, f"{err.source}: {err.problem}" if err.source else err.problem) from None
@@ -187,6 +190,19 @@ def _rpc(source, data) -> RpcChain | None:
                       for key in ("rungraph_s", "worker_requests_s", "ps_requests_s", "response_s")))
 
 
+def _ps_cpu(source, data) -> PsCpu | None:
+    """``ps_cpu`` of CLUSTER.json (docs/model.md §4.7); absent or null: not measured."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ClusterFormatError(source, "ps_cpu must be an object with cpu_s_per_step and cores")
+    servers = data.get("servers", 1)
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise ClusterFormatError(source, f"ps_cpu.servers must be a whole number from 1, not {servers!r:.40}")
+    return PsCpu(_number(source, data, "cpu_s_per_step", low=1e-9, high=MAX_DELAY_S, where="ps_cpu"),
+                 _number(source, data, "cores", low=1e-3, high=1e6, where="ps_cpu"), servers)
+
+
 def _per_direction_numbers(source, data: dict, key: str) -> dict[str, float]:
     """An optional ``{downlink: x, uplink: y}`` object of numbers; 0 where absent."""
     entry = data.get(key)
@@ -195,6 +211,16 @@ def _per_direction_numbers(source, data: dict, key: str) -> dict[str, float]:
     if not isinstance(entry, dict):
         raise ClusterFormatError(source, f"{key} must map downlink/uplink to numbers")
     return {d: _number(source, entry, d) if d in entry else 0.0 for d in ("downlink", "uplink")}
+
+
+def _buffers(source, entry) -> dict[str, float]:
+    """``buffer_bytes``: an optional ``{downlink: bytes, uplink: bytes}``; unbounded (inf) where
+    absent or null."""
+    if entry is None:
+        return {"downlink": math.inf, "uplink": math.inf}
+    if not isinstance(entry, dict):
+        raise ClusterFormatError(source, "buffer_bytes must map downlink/uplink to numbers of bytes")
+    return {d: _number(source, entry, d, allow_none=True, low=1, where="buffer_bytes") for d in ("downlink", "uplink")}
 
 
 def _flow_control(source, data) -> dict[str, FlowControl]:

@@ -324,6 +324,8 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         link_capacity_Bps=link_capacity, link_sustained_Bps=link_sustained, link_bucket_bytes=link_bucket,
         link_queue_window_bytes=np.array([cluster.queue_window_downlink_bytes] * M
                                          + [cluster.queue_window_uplink_bytes] * M, dtype=np.float64),
+        link_buffer_bytes=np.array([cluster.buffer_downlink_bytes] * M + [cluster.buffer_uplink_bytes] * M,
+                                   dtype=np.float64),
         link_reverse=np.concatenate([M + np.arange(M), np.arange(M)]).astype(np.int64),
         link_direction=link_direction, n_servers=M, share=int(share),
         flow_cap_Bps=float(config.flow_cap_Bps or math.inf),

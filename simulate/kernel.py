@@ -957,7 +957,9 @@ def _queue_ahead(inp, st, link, window, now):
         if chunks.op[g] >= 0:
             left = chunks.rem[g] - chunks.rate[g] * (now - chunks.set_s[g])
             ahead += min(window, max(left, 0.0))
-    return ahead
+    # The link's buffer holds no more: what the windows would queue beyond it is dropped and
+    # waits at its sender instead (docs/model.md §4.5).
+    return min(ahead, inp.link_buffer_bytes[link])
 
 
 @_inline
@@ -971,8 +973,9 @@ def _window_per_ack_delay(inp, links, link):
     n_rev = links.n[rev]
     if n_rev == 0:
         return np.inf
-    drain_rev = n_rev * inp.link_queue_window_bytes[rev] / links.capacity_Bps[rev]
-    drain = links.n[link] * inp.link_queue_window_bytes[link] / links.capacity_Bps[link]
+    drain_rev = min(n_rev * inp.link_queue_window_bytes[rev], inp.link_buffer_bytes[rev]) / links.capacity_Bps[rev]
+    drain = min(links.n[link] * inp.link_queue_window_bytes[link], inp.link_buffer_bytes[link]) \
+        / links.capacity_Bps[link]
     if drain >= drain_rev:
         return np.inf
     return inp.link_queue_window_bytes[link] / drain_rev

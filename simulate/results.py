@@ -17,7 +17,7 @@ ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "replicas", "throughput_eps", "ci95_eps",
     "throughput_min_eps", "throughput_max_eps", "step_time_s", "step_time_mean_s", "step_time_p95_s",
     "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps", "bandwidth_up_Bps", "steps",
-    "warmup", "batches", "op_events", "efficiency_E", "saturated",
+    "warmup", "batches", "op_events", "efficiency_E", "ps_cpu_limit_eps", "saturated",
 )
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.

@@ -304,19 +304,38 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
             break
         steps = min(2 * steps, options["max_steps"])
     util = summary.link_bytes_per_s / np.array([[cluster.downlink_Bps], [cluster.uplink_Bps]])
+    step_times = (step_time, summary.step_time_mean_s, summary.step_time_p95_s, tuple(summary.step_time_by_worker_s))
+    limit = ps_cpu_limit_eps(profile, cluster, graph.n_servers, scenario.mode)
+    if thr > limit:
+        # The PS hosts cannot serve more steps than their CPU allows (docs/model.md §4.7): every
+        # worker's steps stretch alike, and the links carry proportionally less.
+        slower = thr / limit
+        thr, ci, util = limit, ci / slower, util / slower
+        step_times = (step_times[0] * slower, step_times[1] * slower, step_times[2] * slower,
+                      tuple(s * slower for s in step_times[3]))
+    step_time = step_times[0]
     return {
         "workers": scenario.workers, "servers": graph.n_servers, "mode": scenario.mode.value,
         "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
         "seed": options["seed"], "replicas": 1, "throughput_eps": thr, "ci95_eps": ci,
         "throughput_min_eps": thr, "throughput_max_eps": thr, "step_time_s": step_time,
-        "step_time_mean_s": summary.step_time_mean_s, "step_time_p95_s": summary.step_time_p95_s,
-        "step_time_by_worker_s": list(summary.step_time_by_worker_s),
+        "step_time_mean_s": step_times[1], "step_time_p95_s": step_times[2],
+        "step_time_by_worker_s": list(step_times[3]),
         "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
         "bandwidth_down_Bps": cluster.downlink_Bps, "bandwidth_up_Bps": cluster.uplink_Bps,
         "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,
         # No wall-clock time here: a prediction is identical for a seed, whatever the machine's load.
-        "op_events": summary.op_events, "efficiency_E": efficiency,
+        "op_events": summary.op_events, "efficiency_E": efficiency, "ps_cpu_limit_eps": limit,
     }
+
+
+def ps_cpu_limit_eps(profile: Profile, cluster: ClusterModel, servers: int, mode: Mode) -> float:
+    """The examples per second the parameter servers' CPU allows (docs/model.md §4.7): NaN
+    without a measured :class:`~simulate.cluster.PsCpu` or without servers (all-reduce)."""
+    if cluster.ps_cpu is None or mode is Mode.ALLREDUCE:
+        return math.nan
+    scale = float((profile.meta.get("what_if") or {}).get("ps_compute_scale", 1.0))
+    return cluster.ps_cpu.ceiling_steps_per_s(max(servers, 1), scale) * profile.batch_size
 
 
 def _batch_task(shared, item) -> dict:

@@ -77,6 +77,8 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     marked = set()  # links whose busy workers changed during the current event
     # docs/model.md §4.5: the FIFO's queue window per direction.
     queue_window = {0: numeric(cluster.queue_window_downlink_bytes), 2: numeric(cluster.queue_window_uplink_bytes)}
+    buffer = {0: numeric(cluster.buffer_downlink_bytes) if math.isfinite(cluster.buffer_downlink_bytes) else math.inf,
+              2: numeric(cluster.buffer_uplink_bytes) if math.isfinite(cluster.buffer_uplink_bytes) else math.inf}
     win = cluster.win_bytes
     flow_cap = numeric(config.flow_cap_Bps) if config.flow_cap_Bps else None
     sharing = None if config.mode is Mode.ALLREDUCE else config.sharing
@@ -176,8 +178,9 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             qwin, rev = queue_window[order], (2 - order, m)
             if qwin > 0 and active[rev]:
                 # docs/model.md §4.5: acknowledgements wait behind the reverse direction's queue
-                drain_rev = len(active[rev]) * queue_window[rev[0]] / capacity[rev]
-                drain = len(active[(order, m)]) * qwin / capacity[(order, m)]
+                # ... and a link's queue holds no more than its buffer
+                drain_rev = min(len(active[rev]) * queue_window[rev[0]], buffer[rev[0]]) / capacity[rev]
+                drain = min(len(active[(order, m)]) * qwin, buffer[order]) / capacity[(order, m)]
                 if drain < drain_rev:
                     r = min(r, qwin / drain_rev)
             return r
@@ -202,7 +205,7 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
                 if qwin > 0:
                     ahead = sum((min(qwin, max(x.remaining, numeric(0))) for x in Q if x.resource == key),
                                 numeric(0))
-                    work += ahead / capacity[key]
+                    work += min(ahead, buffer[key[0]]) / capacity[key]
             return Chunk(w, r, op, work, True)
         left = stream_left[(w, op)]
         if grpc:

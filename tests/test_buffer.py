@@ -34,19 +34,28 @@ def test_the_onset_is_the_first_w_whose_windows_exceed_the_buffer():
     assert overflow_onset_workers(0.0, 60_000) is None
 
 
-def test_predict_says_where_the_buffer_overflows_and_predicts_the_same(data_dir, tmp_path, capsys):
+def test_predict_says_where_the_buffer_overflows_and_holds_the_queue_to_it(data_dir, tmp_path, capsys):
     base = ["predict", data_dir / "profiles" / "tiny.npz", "--cluster", data_dir / "clusters" / "lab-1gbit.json",
-            "--workers", "1-4", "--steps", "60", "--warmup", "10", "--no-progress", "--jobs", "1"]
+            "--workers", "1-6", "--steps", "60", "--warmup", "10", "--no-progress", "--jobs", "1"]
     code, _, err = run([*base, "--json", tmp_path / "plain.json"], capsys)
     assert code == 0, err
     code, out, err = run([*base, "--buffer", "500kb", "--json", tmp_path / "buffer.json"], capsys)
     assert code == 0, err
-    plain, buffered = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("plain", "buffer"))
-    assert buffered["rows"] == plain["rows"] and "buffer" not in plain
+    code, _, err = run([*base, "--buffer", "100mb", "--json", tmp_path / "deep.json"], capsys)
+    assert code == 0, err
+    plain, buffered, deep = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("plain", "buffer", "deep"))
+    assert "buffer" not in plain
     window = buffered["buffer"]["queue_window_bytes"]
     assert window == 195_480.0  # the bundled calibration's
     assert buffered["buffer"]["overflow_from_workers"] == 3 == 500_000 // window + 1
     assert "from W = 3 the workers' uploads overflow it" in out
+    # a buffer no queue reaches predicts as the unbounded one; one that W = 3 windows overflow
+    # holds the queue to itself: the same up to W = 2, shorter waits and more throughput at W = 6
+    throughput = {name: [row["throughput_eps"] for row in doc["rows"]]
+                  for name, doc in (("plain", plain), ("buffer", buffered), ("deep", deep))}
+    assert throughput["deep"] == throughput["plain"]
+    assert throughput["buffer"][:2] == throughput["plain"][:2]
+    assert throughput["buffer"][5] > throughput["plain"][5]
     code, out, _ = run([*base, "--buffer", "100kb"], capsys)
     assert code == 0 and "one worker's uploads already overflow it" in out
 

@@ -7,6 +7,7 @@ fcfs), and against exact rational arithmetic on small cases.
 """
 
 import dataclasses
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -416,6 +417,49 @@ def test_a_message_waits_behind_the_queued_windows():
 
     assert rungraph_end_of_worker_1(plain) == pytest.approx(start_1 + 2.0 ** -12, rel=1e-12)
     assert rungraph_end_of_worker_1(fifo) == pytest.approx(start_1 + 2.0 ** -12 + window / B, rel=1e-12)
+
+def test_a_message_waits_behind_no_more_than_the_links_buffer():
+    """docs/model.md §4.5: the queue a message waits behind is at most the link's buffer; what
+    the windows would queue beyond it waits at the senders."""
+    B, window = 2.0 ** 27, 2.0 ** 17
+    profile = make_profile([Resource.UPLINK, Resource.PS], [0, 0], [2 ** 24, 0], [[0.0, 2.0 ** -12]],
+                           edges=[(0, 1)])
+    rpc = RpcChain(rungraph_s=2.0 ** -12)
+    start_2 = 2.0 ** -8
+    config = SimConfig(workers=3, transfer=Transfer.FIFO, steps=1, warmup=0, start_offsets_s=(0.0, 0.0, start_2),
+                       trace_steps=1)
+
+    def rungraph_end_of_worker_2(buffer):
+        cluster = ClusterModel(B, B, queue_window_uplink_bytes=window, rpc=rpc, buffer_uplink_bytes=buffer)
+        graph = prepare(profile, cluster, workers=3)
+        trace = run(graph, cluster, config).trace
+        rungraph = int(np.flatnonzero(graph.names == "RunGraph")[0])
+        mine = (trace["worker"] == 2) & (trace["op"] == rungraph)
+        return float(trace["end_s"][mine][0])
+
+    # two uploads keep a window each queued: unbounded, the message waits behind both ...
+    assert rungraph_end_of_worker_2(math.inf) == pytest.approx(start_2 + 2.0 ** -12 + 2 * window / B, rel=1e-12)
+    # ... a buffer of 1.5 windows holds only that much; one larger than both changes nothing
+    assert rungraph_end_of_worker_2(1.5 * window) == pytest.approx(start_2 + 2.0 ** -12 + 1.5 * window / B,
+                                                                   rel=1e-12)
+    assert rungraph_end_of_worker_2(4 * window) == rungraph_end_of_worker_2(math.inf)
+
+
+def test_a_links_buffer_must_be_positive():
+    with pytest.raises(UsageError, match="buffer_uplink_bytes"):
+        ClusterModel(1e8, 1e8, buffer_uplink_bytes=0.0)
+
+
+# Buffers that hold two downlink windows and one and a half uplink windows (dyadic, as above).
+BUFFERED = dataclasses.replace(NETWORK, buffer_downlink_bytes=2.0 ** 17, buffer_uplink_bytes=3 * 2.0 ** 14)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(servers=2), CONFIG_SPACE)
+def test_engine_matches_reference_with_bounded_buffers(profile, config):
+    cluster = dataclasses.replace(BUFFERED, rpc=RpcChain(2.0 ** -12, 2.0 ** -13, 2.0 ** -11, 2.0 ** -12))
+    assert engine_vs_reference(profile, config, cluster=cluster) < 1e-9
+
 
 RPC = dataclasses.replace(NETWORK, rpc=RpcChain(2.0 ** -12, 2.0 ** -13, 2.0 ** -11, 2.0 ** -12))
 

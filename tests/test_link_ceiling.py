@@ -5,6 +5,7 @@ or a link slower than the rates measured on it (refused unless accepted)."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -23,14 +24,17 @@ from calibration.ceiling import (
     payload_fraction,
 )
 from netcapture import read_iperf
-from tfbase.errors import InputError
+from simulate.cluster_file import ClusterFormatError, cluster_from_dict
+from tfbase.errors import InputError, UsageError
 from tfsim.lab.netns import Shaper, Transport, _tbf
 
-RUN = Path(__file__).resolve().parents[1] / "data" / "captures" / "wide_1gbit"  # taken on the lab's 1 Gbit/s tbf
+DATA = Path(__file__).resolve().parents[1] / "data"
+RUN = DATA / "captures" / "wide_1gbit"  # taken on the lab's 1 Gbit/s tbf
 
 
 def _run_with_link(tmp_path, link) -> Path:
     run_dir = tmp_path / "run"
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(RUN, run_dir)
     record = json.loads((run_dir / "run.json").read_text())
     if link is not None:
@@ -109,10 +113,47 @@ def test_calibrate_cli_exits_2_unless_the_rate_is_accepted(tmp_path, capsys):
     ({"rate_bit_s": -5}, "link.rate_bit_s must be a rate"),
     ({"rate_bit_s": 1e9, "burst_bytes": 1.5}, "link.burst_bytes must be a whole number"),
     ({"rate_bit_s": 1e9, "peak_rate_bit_s": True}, "link.peak_rate_bit_s must be a rate"),
+    ({"rate_bit_s": 1e9, "buffer_bytes": 0}, "link.buffer_bytes must be a whole number of bytes from 1"),
+    ({"rate_bit_s": 1e9, "buffer_bytes": "2mb"}, "link.buffer_bytes must be a whole number"),
 ])
 def test_a_bad_link_record_names_run_json(tmp_path, link, problem):
     with pytest.raises(InputError, match=rf"run\.json: {problem}"):
         calibrate_run(_run_with_link(tmp_path, link))
+
+
+def test_the_links_buffer_goes_from_run_json_or_the_option_into_the_cluster(tmp_path):
+    """calibration.md §4.7: the lab's tbf limit reaches CLUSTER.json's buffer_bytes, and from
+    there the model (model.md §4.5); --buffer replaces it; without either the queue is unbounded."""
+    buffer = Transport().buffer_bytes(1_000_000_000)
+    assert buffer == 625_000 + 500_000  # 5 ms at 1 Gbit/s plus the bucket (tc-tbf(8))
+    record = Shaper.of(1_000_000_000).link_record(buffer)
+    assert record["buffer_bytes"] == buffer
+    document = calibrate_run(_run_with_link(tmp_path / "lab", record)).to_cluster_json()
+    assert document["buffer_bytes"] == {"downlink": buffer, "uplink": buffer}
+    assert document["link_ceiling"]["link"]["buffer_bytes"] == buffer
+    cluster = cluster_from_dict(document)
+    assert cluster.buffer_downlink_bytes == cluster.buffer_uplink_bytes == buffer
+    given = calibrate_run(_run_with_link(tmp_path / "given", record), buffer_bytes=256_000).to_cluster_json()
+    assert given["buffer_bytes"] == {"downlink": 256_000, "uplink": 256_000}
+    bare = calibrate_run(_run_with_link(tmp_path / "bare", None)).to_cluster_json()
+    assert "buffer_bytes" not in bare and math.isinf(cluster_from_dict(bare).buffer_uplink_bytes)
+    with pytest.raises(UsageError, match="one packet") as caught:
+        calibrate_run(_run_with_link(tmp_path / "small", None), buffer_bytes=100)
+    assert caught.value.source == "buffer_bytes"
+
+
+def test_a_bad_buffer_in_cluster_json_is_named():
+    document = {**json.loads((DATA / "clusters" / "lab-1gbit.json").read_text()), "buffer_bytes": {"uplink": -1}}
+    with pytest.raises(ClusterFormatError, match=r"buffer_bytes\.uplink must be positive"):
+        cluster_from_dict(document, "c.json")
+    assert math.isinf(cluster_from_dict({**document, "buffer_bytes": {"uplink": None}}).buffer_uplink_bytes)
+
+
+def test_calibrate_cli_names_buffer_when_it_is_below_a_packet(tmp_path, capsys):
+    code, out, err = run_cli(["calibrate", _run_with_link(tmp_path, None), "-o", tmp_path / "c.json", "--buffer",
+                              "1kb"], capsys)
+    assert code == 2 and out == "" and err.startswith("tfsim: error: --buffer: must be at least one packet")
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_a_short_step_within_the_stamps_error_is_not_above_its_ceiling():

@@ -81,14 +81,33 @@ def buffer_fields(cluster, buffer_bytes: int) -> dict:
     elif onset == 1:
         text = (f"PS port buffer {buffer_bytes / 1e3:,.0f} kB is smaller than one calibrated queue window of "
                 f"{window / 1e3:,.0f} kB: one worker's uploads already overflow it (the profiled run's losses are "
-                "in the calibration), and every worker more overflows it further, which the model's lossless links "
-                "leave out (docs/model.md §10)")
+                "in the calibration), and every worker more overflows it further; the model holds the queue to the "
+                "buffer but does not resend what is lost (docs/model.md §4.5, §10)")
     else:
         text = (f"PS port buffer {buffer_bytes / 1e3:,.0f} kB holds {onset - 1} calibrated queue window(s) of "
-                f"{window / 1e3:,.0f} kB: from W = {onset} the workers' uploads overflow it and lose packets, which "
-                "the model's lossless links leave out; expect the real job below the table from there "
-                "(docs/model.md §10)")
+                f"{window / 1e3:,.0f} kB: from W = {onset} the workers' uploads overflow it and lose packets; the "
+                "model holds the queue to the buffer but does not resend what is lost, so expect the real job "
+                "somewhat below the table from there (docs/model.md §4.5, §10)")
     return {"bytes": int(buffer_bytes), "queue_window_bytes": window, "overflow_from_workers": onset, "text": text}
+
+
+def ps_cpu_fields(frame, cluster) -> dict | None:
+    """prediction.json's ``ps_cpu`` (and its sentence, ``text``) when the cluster measured the
+    parameter servers' CPU (docs/model.md §4.7): the bound, and the smallest W it holds down."""
+    if cluster.ps_cpu is None:
+        return None
+    limits = frame["ps_cpu_limit_eps"].dropna()
+    if limits.empty:
+        return None
+    held = frame[frame["throughput_eps"] >= frame["ps_cpu_limit_eps"] * (1 - 1e-12)]
+    first = int(held["workers"].min()) if not held.empty else None
+    bound = float(limits.min())
+    text = (f"the parameter servers' CPU ({cluster.ps_cpu.cpu_s_per_step * 1e3:.2f} ms per worker-step on "
+            f"{cluster.ps_cpu.cores:g} core(s) each) allows at most {bound:,.1f} ex/s"
+            + (f": it holds the prediction from W = {first} on" if first is not None else ", above every row")
+            + " (docs/model.md §4.7)")
+    return {"cpu_s_per_step": cluster.ps_cpu.cpu_s_per_step, "cores": cluster.ps_cpu.cores,
+            "limit_eps": bound, "limited_from_workers": first, "text": text}
 
 
 def settings_sentences(enforcement: Enforcement, tie_order: TieOrder) -> list[str]:

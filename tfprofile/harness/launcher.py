@@ -47,6 +47,7 @@ from tfprofile.harness.capture import (
     stop_running_captures,
 )
 from tfprofile.harness.task_common import PROGRESS_PREFIX
+from tfprofile.harness.taskcpu import TASK_CPU_FILE, TaskCpuSampler
 
 RUN_FORMAT = "tfsim.run/1"
 INCOMPLETE_SUFFIX = ".incomplete"
@@ -346,6 +347,7 @@ def collect(
                 )
             tasks.append(_Task(role, index, proc, log_path))
         chief_task = next(t for t in tasks if (t.role == "coordinator" if pss else t.role == "worker" and t.index == 0))
+        cpu = TaskCpuSampler({t.label: t.process.pid for t in tasks})
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines,
                                                    chief_task.log_path.with_suffix(".progress")), daemon=True).start()
@@ -368,6 +370,9 @@ def collect(
                 if on_event:
                     on_event(event)
                 if event["kind"] == "step":
+                    if not first_step_seen:
+                        cpu.sample(0, False)
+                    cpu.sample(event["step"], event.get("traced_now", False))
                     first_step_seen = True
                     if bar is not None:
                         bar.update(event["step"] - bar.n)
@@ -413,7 +418,9 @@ def collect(
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
                               "host": "ps0" if config.capture_site is CaptureSite.PS else "worker0",
                               "filter": capture_filter(ports), **counts}
-        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record, run_record)
+        (partial / TASK_CPU_FILE).write_text(cpu.csv_text(), encoding="utf-8")
+        _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record,
+                        {**(run_record or {}), "task_cpu": cpu.record()})
         if out.exists():
             shutil.rmtree(out)
         os.replace(partial, out)

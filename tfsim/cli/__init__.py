@@ -65,6 +65,7 @@ PARAMETER_OPTIONS = {
     "deadline_h": "--deadline",
     "queue_ms": "--queue",
     "queue_bytes": "--queue",
+    "buffer_bytes": "--buffer",
     "congestion_control": "--cc",
     "delay_ms": "--latency",
     "latency_s": "--latency",

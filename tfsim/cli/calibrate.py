@@ -27,6 +27,11 @@ def register(sub) -> None:
                    help="the link's rate on the wire (e.g. 10gbit, the NIC's speed), in place of the one run.json "
                         "records (the lab records its shaper): every rate measured is held to what TCP payload can "
                         "carry on it")
+    p.add_argument("--buffer", metavar="SIZE",
+                   help="the bytes the link's queue holds before it drops (e.g. 256kb: the switch port's or NIC's "
+                        "buffer), in place of the one run.json records (the lab records its shaper's); the model's "
+                        "queue at the link is at most this (CLUSTER.json buffer_bytes). Default: as recorded, else "
+                        "unbounded")
     p.add_argument("--allow-above-ceiling", action="store_true",
                    help="calibrate although a measured rate (the capture's busy rate, iperf3's) is above what TCP "
                         "payload can carry on the link; CLUSTER.json records it")
@@ -43,10 +48,11 @@ def run(args) -> int:
     from simulate.cluster_file import save_cluster
     from tfbase.errors import UsageError
     from tfbase.fileio import Outputs
-    from tfbase.units import parse_rate
+    from tfbase.units import parse_rate, parse_size
     from tfsim.cli.console import console
 
     link_rate = parse_rate(args.link_rate, "--link-rate") if args.link_rate is not None else None
+    buffer = parse_size(args.buffer, "--buffer") if args.buffer is not None else None
     with Outputs() as outputs:
         output = outputs.file(args.output, "-o")
         plots = None
@@ -58,7 +64,8 @@ def run(args) -> int:
         console.text_to_stderr = outputs.to_stdout
         try:
             calibration = calibrate_run(args.run_dir, backend=args.backend, allow_loss=args.allow_loss,
-                                        link_rate_Bps=link_rate, allow_above_ceiling=args.allow_above_ceiling)
+                                        link_rate_Bps=link_rate, allow_above_ceiling=args.allow_above_ceiling,
+                                        buffer_bytes=buffer)
         except CaptureLossError as exc:
             raise CaptureLossError(exc.source, f"the {exc.direction} lost {exc.loss.describe()}, more than "
                                    f"{100 * MAX_LOSS_FRACTION:g}%: capture again with a larger buffer (tcpdump -B), "

@@ -73,10 +73,12 @@ def register(sub) -> None:
                            "the configurations no other beats on both throughput and cost")
     plan.add_argument("--examples", type=float, metavar="N", help="an epoch's examples: adds hours per epoch")
     plan.add_argument("--buffer", metavar="SIZE",
-                      help="the PS port's buffer (e.g. 160kb, 2mb): say from which W the workers' uploads, each "
-                           "connection keeping the calibrated queue window queued there, overflow it; the model's "
-                           "links are lossless, so expect the real job below the table from there "
-                           "(docs/model.md §10); stated in --json as buffer")
+                      help="the links' buffer at the PS's port (e.g. 160kb, 2mb), in place of the cluster's "
+                           "(CLUSTER.json buffer_bytes): the queue the model builds at a link holds no more; also say "
+                           "from which W the workers' uploads, each connection keeping the calibrated queue window "
+                           "queued there, overflow it (the model's links do not lose the packets, so expect the real "
+                           "job somewhat below the table from there; docs/model.md §4.5, §10); stated in --json as "
+                           "buffer")
     plan.add_argument("--target", type=float, metavar="EPS",
                       help="with --price: the cheapest configuration reaching this many examples/s")
     plan.add_argument("--deadline", type=float, metavar="HOURS",
@@ -130,6 +132,7 @@ def run(args) -> int:
         plan_fields,
         prediction_document,
         prediction_settings,
+        ps_cpu_fields,
         reference_sentence,
         settings_sentences,
     )
@@ -151,6 +154,9 @@ def run(args) -> int:
             raise UsageError("--deadline", "needs --examples (an epoch's size)")
         cluster = with_latency(resolve_cluster(args.cluster, parse_rate(args.bandwidth, "bandwidth")
                                                if args.bandwidth else None), args.latency)
+        buffer = parse_size(args.buffer, "buffer") if args.buffer else None
+        if buffer is not None:
+            cluster = cluster.with_buffer(buffer)
         if args.transfer is None:
             args.transfer = cluster.default_transfer
         transfers = expand_random(_names(args.transfer))
@@ -162,7 +168,6 @@ def run(args) -> int:
         priorities.update(ordering_priorities(profile, [t for t in transfers if t not in priorities],
                                               bandwidth_Bps=cluster.downlink_Bps, seed=args.seed))
         flow_cap = parse_rate(args.flow_cap, "flow_cap_Bps") if args.flow_cap else None
-        buffer = parse_size(args.buffer, "buffer") if args.buffer else None
         sweep = plan_sweep(
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
@@ -209,6 +214,10 @@ def run(args) -> int:
                 best = cheapest(frame, target_eps=args.target, deadline_h=args.deadline)
                 extra["plan"] = plan_fields(best)
                 print(extra["plan"]["text"], file=out)
+        ps_cpu = ps_cpu_fields(frame, cluster)
+        if ps_cpu is not None:
+            extra["ps_cpu"] = ps_cpu
+            print(ps_cpu["text"], file=out)
         if buffer is not None:
             extra["buffer"] = buffer_fields(cluster, buffer)
             print(extra["buffer"]["text"], file=out)

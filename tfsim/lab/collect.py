@@ -81,7 +81,8 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
             out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
                           command_prefixes=[h.exec_prefix() for h in hosts],
                           task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0",
-                          run_record={"link": Shaper.of(rate_bit).link_record()})
+                          run_record={"link": Shaper.of(rate_bit).link_record(
+                              transport.buffer_bytes(rate_bit))})
         tasks = {g.name: g.stats() for g in groups}
         links = {n: read_host_counters(cluster.hosts[n].namespace, cluster.bridge_namespace, cluster.port_of(n))
                  for n in names}

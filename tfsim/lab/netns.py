@@ -178,10 +178,12 @@ class Shaper:
         return cls(rate_bit, max(GSO_BUCKET_BYTES, rate_bit // 8 // TBF_TICKS_PER_S), int(rate_bit * PEAK_RATE_FACTOR),
                    GSO_BUCKET_BYTES)
 
-    def link_record(self) -> dict:
-        """``run.json``'s ``link`` (docs/formats.md §2.1): what calibration holds rates to."""
+    def link_record(self, buffer_bytes: int | None = None) -> dict:
+        """``run.json``'s ``link`` (docs/formats.md §2.1): what calibration holds rates to, and
+        with ``buffer_bytes`` the bytes the link queues before it drops (the model's buffer)."""
         return {"rate_bit_s": self.rate_bit, "burst_bytes": self.burst_bytes, "peak_rate_bit_s": self.peak_rate_bit,
-                "peak_burst_bytes": self.peak_burst_bytes, "source": "the lab's tbf"}
+                "peak_burst_bytes": self.peak_burst_bytes,
+                **({"buffer_bytes": buffer_bytes} if buffer_bytes is not None else {}), "source": "the lab's tbf"}
 
 
 def _tbf(rate_bit: int, transport: Transport) -> list[str]:

@@ -1,0 +1,147 @@
+"""Each task's CPU, as collect samples it (tfprofile/harness/taskcpu.py), and the parameter
+servers' CPU per step that calibration takes from it (calibration/pscpu.py, docs/calibration.md §4.8)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+import pytest
+
+from calibration.pscpu import ps_cpu_record
+from simulate.cluster import ClusterModel, PsCpu
+from simulate.cluster_file import ClusterFormatError, cluster_from_dict
+from tfbase.errors import InputError, UsageError
+from tfprofile.harness.taskcpu import TASK_CPU_FILE, TaskCpuSampler, cpu_limit, cpu_seconds, quota_cores
+
+
+def _fake_process(proc, pid: int, cgroup_lines: list[str]) -> None:
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "cgroup").write_text("\n".join(cgroup_lines) + "\n")
+
+
+def test_the_tightest_quota_over_a_tasks_cgroup_and_its_ancestors_v1(tmp_path):
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    _fake_process(proc, 7, ["4:memory:/", "1:cpu,cpuacct:/lab/ps0", "0::/"])
+    for group, quota in ((root / "cpu,cpuacct" / "lab", 150_000), (root / "cpu,cpuacct" / "lab" / "ps0", 28_571)):
+        group.mkdir(parents=True, exist_ok=True)
+        (group / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (group / "cpu.cfs_period_us").write_text("100000\n")
+    (root / "cpu,cpuacct" / "cpu.cfs_quota_us").write_text("-1\n")
+    (root / "cpu,cpuacct" / "cpu.cfs_period_us").write_text("100000\n")
+    assert quota_cores(7, proc, root) == pytest.approx(0.28571)
+    (root / "cpu,cpuacct" / "lab" / "cpu.cfs_quota_us").write_text("20000\n")  # the parent is tighter
+    assert quota_cores(7, proc, root) == pytest.approx(0.2)
+
+
+def test_the_quota_of_a_unified_hierarchy_and_none(tmp_path):
+    proc, root = tmp_path / "proc", tmp_path / "cgroup"
+    _fake_process(proc, 8, ["0::/system.slice/job"])
+    (root / "system.slice" / "job").mkdir(parents=True)
+    (root / "system.slice" / "job" / "cpu.max").write_text("150000 100000\n")
+    (root / "system.slice" / "cpu.max").write_text("max 100000\n")
+    assert quota_cores(8, proc, root) == 1.5
+    (root / "system.slice" / "job" / "cpu.max").write_text("max 100000\n")
+    assert math.isinf(quota_cores(8, proc, root))
+    assert math.isinf(quota_cores(9, proc, root))  # a process that is gone
+
+
+def test_this_process_cpu_time_and_limit_are_read():
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) - before >= 0.04
+    limit = cpu_limit(os.getpid())
+    assert limit.cpus == len(os.sched_getaffinity(0)) and limit.cores <= limit.cpus
+    assert cpu_seconds(2 ** 22 + 12345) is None and cpu_limit(2 ** 22 + 12345) is None
+
+
+def _run_dir(tmp_path, cpu_by_step: dict[int, tuple[float, int]], *, warmup=1, cores=0.25, worker_wall=0.04):
+    """A run directory with the PS's CPU time after each reported step (1-based)."""
+    sampler = TaskCpuSampler({})
+    sampler.rows = [(step, traced, 1.0e9 + step, "ps0", cpu) for step, (cpu, traced) in sorted(cpu_by_step.items())]
+    (tmp_path / TASK_CPU_FILE).write_text(sampler.csv_text())
+    rows = ["worker,step,measured,traced,start_unix_s,wall_s"]
+    rows += [f"0,{s - 1},{int(s > warmup)},{t},0,{worker_wall}" for s, (_, t) in sorted(cpu_by_step.items()) if s]
+    (tmp_path / "step_times.csv").write_text("\n".join(rows) + "\n")
+    return {"config": {"warmup_steps": warmup},
+            "task_cpu": {"file": TASK_CPU_FILE, "limits": {"ps0": {"cpus": 2, "quota_cores": cores, "cores": cores}}}}
+
+
+def test_the_ps_cpu_per_step_counts_untraced_measured_steps_only(tmp_path):
+    # step 1 is warm-up, 2 the first measured; traced steps (3, 5) cost the PS 20 ms more
+    cpu = {0: (1.0, 0), 1: (1.05, 0), 2: (1.06, 0), 3: (1.09, 1), 4: (1.10, 0), 5: (1.13, 1), 6: (1.14, 0),
+           7: (1.15, 0)}
+    record = ps_cpu_record(tmp_path, _run_dir(tmp_path, cpu))
+    assert record["cpu_s_per_step"] == pytest.approx(0.01)  # steps 4, 6 and 7
+    assert record["steps"] == 3 and record["cores"] == 0.25 and record["servers"] == 1
+    assert record["busy_fraction"] == pytest.approx(0.01 / (0.25 * 0.04))
+
+
+def test_too_few_steps_or_no_samples_give_no_record(tmp_path):
+    assert ps_cpu_record(tmp_path, {"config": {}}) is None  # collected before the samples existed
+    cpu = {0: (1.0, 0), 1: (1.05, 0), 2: (1.06, 0), 3: (1.07, 0)}
+    assert ps_cpu_record(tmp_path, _run_dir(tmp_path, cpu)) is None  # one untraced measured step
+    (tmp_path / TASK_CPU_FILE).write_text("step,cpu_s\nx,1\n")
+    with pytest.raises(InputError, match=r"task_cpu\.csv: is not a task CPU table"):
+        ps_cpu_record(tmp_path, {"task_cpu": {"limits": {}}, "config": {}})
+
+
+def test_the_ps_cpu_bounds_the_throughput_of_any_number_of_workers():
+    bound = PsCpu(cpu_s_per_step=0.008, cores=0.25)
+    assert bound.ceiling_steps_per_s(1) == pytest.approx(31.25)
+    with pytest.raises(UsageError, match="cores"):
+        PsCpu(cpu_s_per_step=0.008, cores=0.0)
+    with pytest.raises(UsageError, match="servers"):
+        PsCpu(cpu_s_per_step=0.008, cores=1.0, servers=0)
+    assert ClusterModel(1e8, 1e8).ps_cpu is None
+
+
+def test_cluster_json_reads_ps_cpu_and_names_a_bad_one(data_dir):
+    document = json.loads((data_dir / "clusters" / "lab-1gbit.json").read_text())
+    cluster = cluster_from_dict({**document, "ps_cpu": {"cpu_s_per_step": 0.008, "cores": 0.25, "steps": 12}})
+    assert cluster.ps_cpu == PsCpu(0.008, 0.25, 1)
+    assert cluster_from_dict(document).ps_cpu is None
+    with pytest.raises(ClusterFormatError, match=r"ps_cpu\.cores must be"):
+        cluster_from_dict({**document, "ps_cpu": {"cpu_s_per_step": 0.008, "cores": -1}}, "c.json")
+    with pytest.raises(ClusterFormatError, match="ps_cpu must be an object"):
+        cluster_from_dict({**document, "ps_cpu": 3}, "c.json")
+
+
+def test_a_prediction_is_held_to_the_ps_cpu_and_says_so(data_dir, tmp_path, capsys):
+    from cli_runner import run
+
+    from simulate.cluster_file import load_cluster
+    from simulate.sweep import predict
+    from tfprofile.profile_io import load_profile
+
+    profile = load_profile(data_dir / "profiles" / "tiny.npz")
+    cluster = load_cluster(data_dir / "clusters" / "lab-1gbit.json")
+    free = predict(profile, cluster, workers=[1, 2, 4], steps=60, warmup=10, jobs=1)
+    assert free["ps_cpu_limit_eps"].isna().all()
+    # a PS budget of 1.5 free one-worker steps' worth: W = 1 is below it, W = 2 and 4 are held to it
+    step_s = profile.batch_size / float(free["throughput_eps"].iloc[0])
+    limited = dataclasses.replace(cluster, ps_cpu=PsCpu(cpu_s_per_step=step_s / 1.5, cores=1.0))
+    held = predict(profile, limited, workers=[1, 2, 4], steps=60, warmup=10, jobs=1)
+    bound = 1.5 * float(free["throughput_eps"].iloc[0])
+    assert held["ps_cpu_limit_eps"].tolist() == pytest.approx([bound] * 3)
+    assert held["throughput_eps"].iloc[0] == free["throughput_eps"].iloc[0]
+    assert held["throughput_eps"].iloc[1:].tolist() == pytest.approx([bound, bound])
+    slower = free["throughput_eps"].iloc[2] / bound
+    assert held["step_time_s"].iloc[2] == pytest.approx(free["step_time_s"].iloc[2] * slower)
+    # the CLI says where the bound holds, and the JSON carries it
+    document = {**json.loads((data_dir / "clusters" / "lab-1gbit.json").read_text()),
+                "ps_cpu": {"cpu_s_per_step": step_s / 1.5, "cores": 1.0}}
+    (tmp_path / "c.json").write_text(json.dumps(document))
+    code, out, err = run(["predict", data_dir / "profiles" / "tiny.npz", "--cluster", tmp_path / "c.json",
+                          "--workers", "1,2,4", "--steps", "60", "--warmup", "10", "--no-progress", "--jobs", "1",
+                          "--json", tmp_path / "p.json"], capsys)
+    assert code == 0, err
+    assert "allows at most" in out and "it holds the prediction from W = 2 on" in out
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["ps_cpu"]["limited_from_workers"] == 2
+    assert [r["ps_cpu_limit_eps"] for r in saved["rows"]] == pytest.approx([bound] * 3)

@@ -1,0 +1,150 @@
+"""The CPU each task of a run uses, and the CPU it may use (docs/formats.md §2.9).
+
+``collect`` samples every task's CPU time each time the chief reports a step, so that
+calibration can take a parameter server's CPU per step from the untraced steps
+(docs/calibration.md §4.8): a PS host at its limit bounds the throughput of any number of
+workers, and a one-worker run shows how far it is from there. A task's CPU time is the sum
+over its threads of the time they ran (``/proc/PID/task/*/schedstat``, nanoseconds; the
+process's ``stat`` counts clock ticks of 10 ms, too coarse for a step of a few ms). What it may
+use is the CPUs its affinity allows, bounded by the CPU quota of its cgroup and of every
+ancestor (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``): a
+container's limit, or the lab's emulated host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import dataclasses
+import io
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+TASK_CPU_FILE = "task_cpu.csv"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+NS_PER_S = 1e9
+
+
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """The CPU time of process ``pid``'s live threads, in seconds (None once it is gone).
+
+    Examples
+    --------
+    >>> cpu_seconds(os.getpid()) > 0
+    True
+    """
+    total = 0
+    try:
+        for thread in (proc / str(pid) / "task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((thread / "schedstat").read_text().split()[0])
+    except OSError:
+        return None
+    return total / NS_PER_S
+
+
+def _quota_cores(group: Path, version: int) -> float:
+    """The quota of one cgroup directory in cores (inf: none)."""
+    try:
+        if version == 2:
+            quota, period = (group / "cpu.max").read_text().split()
+            return math.inf if quota == "max" else int(quota) / int(period)
+        quota = int((group / "cpu.cfs_quota_us").read_text())
+        period = int((group / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return math.inf
+    return math.inf if quota < 0 else quota / period
+
+
+def quota_cores(pid: int, proc: Path = Path("/proc"), root: Path = CGROUP_ROOT) -> float:
+    """The tightest CPU quota over ``pid``'s cgroup and its ancestors, in cores (inf: none).
+
+    Reads the v1 ``cpu`` hierarchy where it is mounted, else the unified (v2) one.
+    """
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return math.inf
+    places = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        places[controllers] = path.lstrip("/")
+    v1 = next(((c, p) for c, p in places.items() if "cpu" in c.split(",")), None)
+    if v1 is not None:
+        mount = next((m for m in (root / "cpu,cpuacct", root / "cpu") if m.is_dir()), None)
+        if mount is None:
+            return math.inf
+        base, relative, version = mount, v1[1], 1
+    elif "" in places:
+        base, relative, version = root, places[""], 2
+    else:
+        return math.inf
+    cores, group = math.inf, base / relative
+    while True:
+        cores = min(cores, _quota_cores(group, version))
+        if group == base or base not in group.parents:
+            return cores
+        group = group.parent
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuLimit:
+    """What a task may use: ``cpus`` its affinity allows, ``quota_cores`` its cgroups' quota
+    (None: none), ``cores`` the lesser."""
+
+    cpus: int
+    quota_cores: float | None
+
+    @property
+    def cores(self) -> float:
+        return self.cpus if self.quota_cores is None else min(self.cpus, self.quota_cores)
+
+    def to_json(self) -> dict:
+        return {"cpus": self.cpus, "quota_cores": self.quota_cores, "cores": self.cores}
+
+
+def cpu_limit(pid: int) -> CpuLimit | None:
+    """``pid``'s :class:`CpuLimit`, or None once it is gone."""
+    try:
+        cpus = len(os.sched_getaffinity(pid))
+    except OSError:
+        return None
+    quota = quota_cores(pid)
+    return CpuLimit(cpus, None if math.isinf(quota) else round(quota, 6))
+
+
+class TaskCpuSampler:
+    """Every task's CPU time at each step the chief reports (rows of :data:`TASK_CPU_FILE`)."""
+
+    def __init__(self, pids: Mapping[str, int]):
+        self.pids = dict(pids)
+        self.rows: list[tuple[int, int, float, str, float]] = []
+        self.limits: dict[str, CpuLimit] = {}
+
+    def sample(self, step: int, traced: bool) -> None:
+        """Record each task's CPU time now, after the chief's step ``step`` (1-based, as
+        reported; 0 before the first)."""
+        now = time.time()
+        for task, pid in self.pids.items():
+            if task not in self.limits:
+                limit = cpu_limit(pid)
+                if limit is not None:
+                    self.limits[task] = limit
+            used = cpu_seconds(pid)
+            if used is not None:
+                self.rows.append((step, int(traced), now, task, used))
+
+    def csv_text(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["step", "traced", "time_unix_s", "task", "cpu_s"])
+        for step, traced, now, task, used in self.rows:
+            writer.writerow([step, traced, f"{now:.6f}", task, f"{used:.9f}"])
+        return out.getvalue()
+
+    def record(self) -> dict:
+        """``run.json``'s ``task_cpu``: the file and what each task may use."""
+        return {"file": TASK_CPU_FILE, "limits": {task: limit.to_json() for task, limit in sorted(self.limits.items())}}
