@@ -15,6 +15,9 @@ the measured min..max or within 3% of its mean. Variants:
 - ``buffer``: ``base`` with the lab's link buffer (results.csv ``buffer_bytes``, the tbf limit)
   as the cluster's (docs/model.md §4.5), for lab directories calibrated before CLUSTER.json
   carried it (a newer lab's ``base`` has it already);
+- ``nobuffer``, ``nopscpu``, ``neither``: ``base`` without the link's buffer, without the
+  parameter servers' CPU bound (docs/model.md §4.7), without both: each term's gain on a lab
+  calibrated with them;
 - ``nowindow``: ``base`` without the link's FIFO (queue windows 0: no message wait behind the
   queue, no acknowledgement coupling of the two directions, docs/model.md §4.5);
 - ``pscpu``: ``base`` plus the parameter server's own communication CPU, which the profile does
@@ -93,6 +96,18 @@ def _no_queue_window(cluster, row):
     return dataclasses.replace(cluster, queue_window_downlink_bytes=0.0, queue_window_uplink_bytes=0.0)
 
 
+def _no_buffer(cluster, row):
+    return dataclasses.replace(cluster, buffer_downlink_bytes=float("inf"), buffer_uplink_bytes=float("inf"))
+
+
+def _no_ps_cpu(cluster, row):
+    return dataclasses.replace(cluster, ps_cpu=None)
+
+
+def _neither(cluster, row):
+    return _no_ps_cpu(_no_buffer(cluster, row), row)
+
+
 def _lab_buffer(cluster, row):
     buffer = float(row["buffer_bytes"])
     return dataclasses.replace(cluster, buffer_downlink_bytes=buffer, buffer_uplink_bytes=buffer)
@@ -105,6 +120,9 @@ VARIANTS = {  # name -> (predict() keyword arguments on top of the lab's, a chan
     "lockstep": ({"stagger": 0.0}, None),
     "nowindow": ({}, _no_queue_window),
     "buffer": ({}, _lab_buffer),
+    "nobuffer": ({}, _no_buffer),
+    "nopscpu": ({}, _no_ps_cpu),
+    "neither": ({}, _neither),
     "pscpu": ({}, None),  # see with_ps_cpu
 }
 

