@@ -50,34 +50,6 @@ def test_a_task_in_its_cgroup_gets_no_more_than_its_quota():
 
 
 @needs_cgroups
-def test_a_deferred_quota_holds_only_once_enforced_and_the_task_reads_it():
-    """The lab starts its tasks without their quotas and sets them at the chief's first step
-    (tfsim/lab/collect.py): a busy loop runs at a whole core before, at its quota after; the
-    quota a task reads from its cgroup (what collect records, taskcpu.quota_cores) follows."""
-    from tfprofile.harness.taskcpu import quota_cores
-    from tfsim.lab.cgroups import LabCgroups
-
-    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 0.8: pass\n"
-    with LabCgroups() as cgroups:
-        group = cgroups.group("ps0", 0.2, deferred=True)
-        sleeper = subprocess.Popen([*group.wrapper(), sys.executable, "-c", "import time; time.sleep(5)"])
-        try:
-            time.sleep(0.5)
-            unlimited = quota_cores(sleeper.pid)
-            subprocess.run([*group.wrapper(), sys.executable, "-c", spin], check=True)
-            free = group.stats().usage_s
-            group.enforce()
-            limited = quota_cores(sleeper.pid)
-            subprocess.run([*group.wrapper(), sys.executable, "-c", spin], check=True)
-            held = group.stats().usage_s - free
-        finally:
-            sleeper.kill()
-            sleeper.wait()
-    assert unlimited == float("inf") and limited == pytest.approx(0.2)
-    assert free >= 0.6 and held <= 0.2 * 0.8 + 0.1
-
-
-@needs_cgroups
 def test_the_cpu_trace_reads_a_task_at_its_quota_inside_a_window():
     """A busy loop under a 0.25-core quota, sampled while it runs: over a window inside the run
     it used 0.25 core and was throttled most of the time; over the whole run less (start-up)."""

@@ -115,10 +115,6 @@ class TaskGroup:
         """The argv prefix that runs a command inside this group (:mod:`tfsim.lab.cgexec`)."""
         return [sys.executable, "-m", "tfsim.lab.cgexec", *self.procs_files(), "--"]
 
-    def enforce(self) -> None:
-        """Set the group's quota (a group made ``deferred`` runs without one until now)."""
-        _set_quota(self.paths[0], self.hierarchy.version, self.cores)
-
     def stats(self) -> CpuStats:
         cpu = _stat_file(self.paths[0] / "cpu.stat")
         if self.hierarchy.version == 2:
@@ -191,9 +187,8 @@ class LabCgroups:
             _write(self.parents[0] / "cgroup.subtree_control", "+cpu")
         return self
 
-    def group(self, name: str, cores: float | None, *, deferred: bool = False) -> TaskGroup:
-        """A new group for task ``name`` with a quota of ``cores`` (None: accounting only);
-        ``deferred``: without it until :meth:`TaskGroup.enforce`."""
+    def group(self, name: str, cores: float | None) -> TaskGroup:
+        """A new group for task ``name`` with a quota of ``cores`` (None: accounting only)."""
         if name in self.groups:
             raise UsageError("hosts", f"task {name!r} has a cgroup already")
         paths = []
@@ -201,7 +196,7 @@ class LabCgroups:
             path = parent / name
             path.mkdir()
             if k == 0:
-                _set_quota(path, self.hierarchy.version, None if deferred else cores)
+                _set_quota(path, self.hierarchy.version, cores)
             paths.append(path)
         group = TaskGroup(name, cores, tuple(paths), self.hierarchy)
         self.groups[name] = group

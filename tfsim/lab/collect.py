@@ -75,24 +75,12 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
     names = host_names(config.ps_tasks, config.workers, coordinator=config.api is TrainingApi.TF2_PSS)
     with terminate_on_signals(), allowed_congestion_control(transport.congestion_control), LabCgroups() as cgroups, \
             EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms, transport=transport) as cluster:
-        # Start-up (importing TensorFlow, building the graph) runs without the quotas, which
-        # hold from the chief's first step on: every task is past its start then (the workers
-        # start their steps together), and a task's start under a 0.3-core quota took 10 s.
-        groups = [cgroups.group(n, quotas.cores_of(n), deferred=True) for n in names]
-        enforced = []
-
-        def enforce_on_first_step(event: dict) -> None:
-            if event.get("kind") == "step" and not enforced:
-                for group in groups:
-                    group.enforce()
-                enforced.append(True)
-
+        groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]
         hosts = [cluster.hosts[n] for n in names]
         with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter, CpuTrace(groups) as trace:
             out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
                           command_prefixes=[h.exec_prefix() for h in hosts],
                           task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0",
-                          on_event=enforce_on_first_step,
                           run_record={"link": Shaper.of(rate_bit).link_record(
                               transport.buffer_bytes(rate_bit))})
         tasks = {g.name: g.stats() for g in groups}
