@@ -621,6 +621,9 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         raise RunDirError(run_dir, "has no capture.pcap(.gz): collect with --capture")
     if link_rate_Bps is not None and not MIN_RATE_BPS <= link_rate_Bps <= MAX_RATE_BPS:
         raise UsageError("link_rate_Bps", f"must be a rate from 1 kbit/s to 100 Tbit/s, not {link_rate_Bps!r} bytes/s")
+    if buffer_bytes is not None and not (math.isfinite(buffer_bytes) and buffer_bytes >= MIN_BUFFER_BYTES):
+        raise UsageError("buffer_bytes",
+                         f"must be at least one packet ({MIN_BUFFER_BYTES} bytes), not {buffer_bytes!r}")
     bandwidth, spread, iperf = _bandwidth(run_dir)
     capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run))
     losses = link_losses(capture, {endpoint.port: role for endpoint, role in run_tasks(run).items()})
@@ -638,9 +641,6 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     link = Link(link_rate_Bps, "as given") if link_rate_Bps is not None else \
         link_from_run(run.run, run_dir / "run.json")
     ceiling = {} if link is None else _link_ceiling(link, iperf, busy, busy_steps, captures[0], allow_above_ceiling)
-    if buffer_bytes is not None and not (math.isfinite(buffer_bytes) and buffer_bytes >= MIN_BUFFER_BYTES):
-        raise UsageError("buffer_bytes",
-                         f"must be at least one packet ({MIN_BUFFER_BYTES} bytes), not {buffer_bytes!r}")
     if buffer_bytes is None and link is not None:
         buffer_bytes = link.buffer_bytes
     buffers = {} if buffer_bytes is None else {"downlink": float(buffer_bytes), "uplink": float(buffer_bytes)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tfbase.errors import InputError
 
-MIN_STEPS = 3  # fewer untraced steps than this give no estimate worth a bound
+MIN_STEPS = 3  # fewer steps between the readings give no estimate worth a bound
 PS_PREFIX = "ps"
 
 

@@ -214,7 +214,7 @@ class PsCpu:
     """The parameter servers' CPU, as the one-worker run measured it (docs/model.md §4.7).
 
     Attributes:
-        cpu_s_per_step: the CPU time every PS task together spent per untraced step of the one
+        cpu_s_per_step: the CPU time every PS task together spent per measured step of the one
             worker: its ops, and the gRPC, serialisation and copying that no trace shows.
         cores: the CPU a PS task may use (its affinity, bounded by its cgroup's quota).
         servers: the PS tasks the run had.

@@ -306,8 +306,7 @@ def run_worker(spec: dict) -> int:
                     traces.append(measured)
                     traced += 1
                 if chief or role_mode:
-                    emit_progress("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced,
-                                  traced_now=trace)
+                    emit_progress("step", step=step + 1, total=total, wall_s=round(wall, 6), traced=traced)
             _compress_traces(tf1, out / "trace", traces)
 
             if role_mode and not chief:
