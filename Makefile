@@ -17,9 +17,10 @@ $(VENV)/.core-installed: pyproject.toml | $(BIN)/activate
 	$(PIP) install -e '.[dev]'
 	touch $@
 
-# TensorFlow, for `tfsim collect` and the tests that run real jobs; dask, for the executor tests.
+# TensorFlow, for `tfsim collect` and the tests that run real jobs; dask, for the executor tests;
+# ns-3, for the packet transfer model's tests.
 $(VENV)/.tf-installed: $(VENV)/.core-installed
-	$(PIP) install -e '.[tf,dev,dask]'
+	$(PIP) install -e '.[tf,dev,dask,packet]'
 	touch $@
 
 # Debian tools the capture, lab and browser tests drive (installed only where missing; needs root).

@@ -210,6 +210,36 @@ class RpcChain:
 
 
 @dataclasses.dataclass(frozen=True)
+class LinkShaper:
+    """A link's shaper as it was configured (the lab's tbf), in wire bytes: ``rate_Bps`` filling
+    a bucket of ``burst_bytes``, spent at most at ``peak_rate_Bps`` out of a second bucket of
+    ``peak_burst_bytes``. Only a packet-level replay uses it (docs/model.md §12), in place of
+    the calibrated token bucket, which is its fluid summary.
+
+    Examples
+    --------
+    >>> LinkShaper(12.5e6, 98304, 12.75e6, 98304).rate_Bps
+    12500000.0
+    """
+
+    rate_Bps: float
+    burst_bytes: float
+    peak_rate_Bps: float
+    peak_burst_bytes: float
+
+    def __post_init__(self) -> None:
+        check_rate(self.rate_Bps, "shaper.rate_Bps")
+        check_rate(self.peak_rate_Bps, "shaper.peak_rate_Bps")
+        if self.peak_rate_Bps < self.rate_Bps:
+            raise UsageError("shaper.peak_rate_Bps", f"must be at least the rate ({self.rate_Bps:g}), "
+                                                     f"not {self.peak_rate_Bps:g}")
+        for name in ("burst_bytes", "peak_burst_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1 << 30:
+                raise UsageError(f"shaper.{name}", f"must be between 1 byte and 1 GiB, not {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
 class PsCpu:
     """The parameter servers' CPU, as the one-worker run measured it (docs/model.md §4.7).
 
@@ -285,6 +315,9 @@ class ClusterModel:
             switch port's or shaper's buffer): the bytes queued there, which messages wait
             behind and acknowledgements drain through, are at most this (docs/model.md §4.5);
             inf: unbounded.
+        shaper: how the links were shaped, when they were (the lab's tbf, :class:`LinkShaper`):
+            a packet-level replay shapes its links so (docs/model.md §12); None: from the
+            calibrated bandwidth and token bucket.
         rpc: the step's RunGraph and request messages (:class:`RpcChain`); ``None``: a step
             is its traced ops only.
         ps_cpu: the parameter servers' CPU per step and cores (:class:`PsCpu`), which bound the
@@ -314,6 +347,7 @@ class ClusterModel:
     queue_window_uplink_bytes: float = 0.0
     buffer_downlink_bytes: float = math.inf
     buffer_uplink_bytes: float = math.inf
+    shaper: LinkShaper | None = None
     rpc: RpcChain | None = None
     ps_cpu: PsCpu | None = None
     latency_downlink_s: float = 0.0

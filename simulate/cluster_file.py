@@ -19,7 +19,16 @@ import os
 import warnings
 from pathlib import Path
 
-from simulate.cluster import ClusterModel, FlowControl, Overhead, OverheadPlacement, PsCpu, RpcChain, TokenBucket
+from simulate.cluster import (
+    ClusterModel,
+    FlowControl,
+    LinkShaper,
+    Overhead,
+    OverheadPlacement,
+    PsCpu,
+    RpcChain,
+    TokenBucket,
+)
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
 from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
@@ -122,13 +131,14 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         buffer = _buffers(source, data.get("buffer_bytes"))
         rpc = _rpc(source, data.get("rpc"))
         ps_cpu = _ps_cpu(source, data.get("ps_cpu"))
+        shaper = _shaper(source, data.get("link_ceiling"))
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
                             overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
                             flow_downlink=flows["downlink"], flow_uplink=flows["uplink"],
                             bucket_downlink=buckets["downlink"], bucket_uplink=buckets["uplink"],
                             queue_window_downlink_bytes=queue["downlink"], queue_window_uplink_bytes=queue["uplink"],
                             buffer_downlink_bytes=buffer["downlink"], buffer_uplink_bytes=buffer["uplink"],
-                            rpc=rpc, ps_cpu=ps_cpu,
+                            shaper=shaper, rpc=rpc, ps_cpu=ps_cpu,
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, f"{err.source}: {err.problem}" if err.source else err.problem) from None
@@ -221,6 +231,21 @@ def _buffers(source, entry) -> dict[str, float]:
     if not isinstance(entry, dict):
         raise ClusterFormatError(source, "buffer_bytes must map downlink/uplink to numbers of bytes")
     return {d: _number(source, entry, d, allow_none=True, low=1, where="buffer_bytes") for d in ("downlink", "uplink")}
+
+
+def _shaper(source, ceiling) -> LinkShaper | None:
+    """``link_ceiling.link`` (docs/formats.md §4): the link's configured shaper, when it records
+    both of its buckets (the lab's tbf); None otherwise, and for a file without it."""
+    if ceiling is None:
+        return None
+    if not isinstance(ceiling, dict) or not isinstance(ceiling.get("link", {}), dict):
+        raise ClusterFormatError(source, "link_ceiling must be an object whose link is an object")
+    link = ceiling.get("link") or {}
+    names = ("rate_Bps", "burst_bytes", "peak_rate_Bps", "peak_burst_bytes")
+    if not all(name in link for name in names):
+        return None
+    where = "link_ceiling.link"
+    return LinkShaper(*(_number(source, link, name, low=1, where=where) for name in names))
 
 
 def _flow_control(source, data) -> dict[str, FlowControl]:

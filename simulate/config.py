@@ -21,6 +21,7 @@ MAX_SPEED_SIGMA = 3.0  # a lognormal wider than this puts workers 1000x apart: n
 SPEED_STREAM = 0x5EED  # the seed stream of sampled speeds, apart from the step samples' (same seed)
 MIN_CORES = 0.01
 MAX_STAGGER = 1000.0  # in profiled steps
+MAX_PACKET_WORKERS = 64  # a packet-level replay costs seconds per worker: it is for clusters the lab can check
 MAX_TRACE_CHUNKS = 1_000_000  # chunks a traced run records (a Chrome trace of about 200 MB)
 # A sweep's estimated events (W x N x the chunks of a step, summed over its configurations): at
 # 2 to 5 M events/s on one core (bench/results/engine.json) this is 11 to 28 hours of one core.
@@ -68,6 +69,7 @@ class Transfer(enum.Enum):
     FIFO = "fifo"          # flow control off: whole streams in the order they became ready
     PRIORITY = "priority"  # flow control off, order enforced: lowest priority number first
     GRPC = "grpc"          # today's gRPC: whole streams in send-ready order, pausing where a window runs out
+    PACKET = "packet"      # whole streams in send-ready order over TCP simulated packet by packet (ns-3)
 
 
 class Enforcement(enum.Enum):
@@ -334,3 +336,64 @@ class SimConfig:
             raise UsageError("trace_steps", "must not be negative")
         if self.trace_steps > self.steps:
             raise UsageError("trace_steps", f"must not exceed steps ({self.steps}), not {self.trace_steps}")
+
+
+class CongestionControl(enum.Enum):
+    """The TCP congestion control of every host of a packet-level replay (ns-3's implementation)."""
+
+    RENO = "ns3::TcpNewReno"
+    CUBIC = "ns3::TcpCubic"
+    BBR = "ns3::TcpBbr"
+
+
+@dataclasses.dataclass(frozen=True)
+class PacketNetwork:
+    """The transport a packet-level replay simulates (docs/model.md §12); the defaults are Linux's.
+
+    Attributes:
+        congestion_control: every host's. NewReno by default: measured against the lab's Linux
+            senders, a window-limited loss-based sender capped at the calibrated window is what
+            they do on these links, and ns-3's BBR is not (docs/model.md §12).
+        segment_bytes: TCP's maximum segment (payload) size.
+        min_rto_s: the least retransmission timeout (Linux: 200 ms).
+        one_way_delay_s: each link's propagation delay (a host to the switch).
+        send_buffer_bytes: each socket's send buffer.
+        receive_window_bytes: each socket's receive buffer, the most a connection has in flight;
+            None: the cluster's queue window (what each busy connection keeps queued, as the
+            capture measured it), else ``send_buffer_bytes``.
+        initial_cwnd_segments: TCP's initial congestion window.
+
+    Examples
+    --------
+    >>> PacketNetwork(congestion_control=CongestionControl.CUBIC).min_rto_s
+    0.2
+    """
+
+    congestion_control: CongestionControl = CongestionControl.RENO
+    segment_bytes: int = 1448
+    min_rto_s: float = 0.2
+    one_way_delay_s: float = 25e-6
+    send_buffer_bytes: int = 4 << 20
+    receive_window_bytes: int | None = None
+    initial_cwnd_segments: int = 10
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.congestion_control, CongestionControl):
+            raise UsageError("congestion_control", f"must be a CongestionControl, not {self.congestion_control!r}")
+        if isinstance(self.segment_bytes, bool) or not isinstance(self.segment_bytes, int) or not (
+                536 <= self.segment_bytes <= 65_000):
+            raise UsageError("segment_bytes", f"must be between 536 and 65,000 bytes, not {self.segment_bytes!r}")
+        for name in ("min_rto_s", "one_way_delay_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    math.isfinite(value) and 0 <= value <= 10):
+                raise UsageError(name, f"must be between 0 and 10 s, not {value!r}")
+        for name in ("send_buffer_bytes", "receive_window_bytes"):
+            value = getattr(self, name)
+            if value is None and name == "receive_window_bytes":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 2 * self.segment_bytes <= value <= 1 << 30:
+                raise UsageError(name, f"must hold two segments and at most 1 GiB, not {value!r}")
+        if isinstance(self.initial_cwnd_segments, bool) or not isinstance(self.initial_cwnd_segments, int) or not (
+                1 <= self.initial_cwnd_segments <= 1000):
+            raise UsageError("initial_cwnd_segments", f"must be between 1 and 1000, not {self.initial_cwnd_segments!r}")

@@ -20,6 +20,7 @@ from simulate.codes import Direction, ParseLane, Scheduler, Share
 from simulate.config import Enforcement, Mode, Sharing, SimConfig, TieOrder, Transfer
 from simulate.kernel_io import KernelInputs, KernelOutputs
 from simulate.prepare import SimGraph, check_strict_order
+from tfbase.errors import UsageError
 from tfprofile.dag import Resource
 
 # The one place where the settings become the kernel's codes.
@@ -277,8 +278,6 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
     if config.colocation is not None:
         col = config.colocation
         if len(col.server_host) != M:
-            from tfbase.errors import UsageError
-
             raise UsageError("colocation", f"colocation places {len(col.server_host)} servers, not {M}")
         # Parsing runs on the receiving task's host, on a lane or in line.
         for w in range(W):
@@ -390,6 +389,9 @@ def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
         When the colocation places another number of servers than the graph has, or when
         strict enforcement of the graph's priorities would deadlock (naming ``priorities``).
     """
+    if config.transfer is Transfer.PACKET:
+        raise UsageError("transfer", "the flow engine does not run the packet transfer model: "
+                                     "simulate.packet_replay does (simulate.predict routes it there)")
     # Imported here, not at the top: importing numba takes some 0.2 s, which commands and
     # modules that never simulate need not pay.
     from simulate.kernel import run_kernel

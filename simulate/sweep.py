@@ -31,6 +31,7 @@ from simulate.config import (
     Colocation,
     Enforcement,
     Mode,
+    PacketNetwork,
     Sharing,
     SimConfig,
     TieOrder,
@@ -42,6 +43,7 @@ from simulate.config import (
 )
 from simulate.engine import SimRun, run
 from simulate.executors import parse_executor
+from simulate.packet_replay import check_packet_scenario, packet_sim_run
 from simulate.prepare import _priorities, check_strict_order, prepare
 from simulate.results import ROW_COLUMNS, efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, run_in_child
@@ -89,13 +91,17 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                  seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
                  trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None,
                  enforcement: Enforcement = Enforcement.WORK_CONSERVING,
-                 tie_order: TieOrder = TieOrder.INDEX) -> SimRun:
+                 tie_order: TieOrder = TieOrder.INDEX, network: PacketNetwork | None = None) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
     servers) that builds one for this scenario's size (what a sweep over W passes).
-    ``trace_steps`` > 0 records every chunk of each worker's first steps.
+    ``trace_steps`` > 0 records every chunk of each worker's first steps. The ``packet``
+    transfer model replays the graph over ns-3's packet-level network (``network``, docs/model.md
+    §12) instead of the flow engine.
     """
+    if scenario.transfer is Transfer.PACKET and trace_steps:
+        raise UsageError("trace_steps", "the packet transfer model records no chunks: trace a grpc run")
     if colocation is not None and callable(colocation):
         colocation = colocation(scenario.workers, scenario.servers or max(profile.graph.n_servers, 1))
     graph = prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode, servers=scenario.servers,
@@ -106,6 +112,8 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                        start_offsets_s=staggered_starts(profile, scenario.workers, stagger),
                        worker_speed=worker_speed(scenario.workers) if worker_speed is not None else None,
                        enforcement=enforcement, tie_order=tie_order)
+    if scenario.transfer is Transfer.PACKET:
+        return packet_sim_run(graph, cluster, config, network=network)
     try:
         return run(graph, cluster, config)
     except ValueError as exc:
@@ -125,10 +133,10 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                           colocation=options.get("colocation"), stagger=options.get("stagger", 0.0),
                           worker_speed=options.get("worker_speed"),
                           enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
-                          tie_order=options.get("tie_order", TieOrder.INDEX))
+                          tie_order=options.get("tie_order", TieOrder.INDEX), network=options.get("network"))
     graph = result.graph
     efficiency = math.nan
-    if with_efficiency:
+    if with_efficiency and scenario.transfer is not Transfer.PACKET:
         capacity = np.array([[cluster.downlink_Bps] * graph.n_servers, [cluster.uplink_Bps] * graph.n_servers])
         values = efficiency_one_worker(result, capacity)
         efficiency = float(np.nanmean(values)) if np.isfinite(values).any() else math.nan
@@ -531,6 +539,8 @@ def check_events(events: int, what: str, parameter: str = "workers") -> None:
 
 def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> None:
     """Everything about one configuration that would otherwise fail in a worker process."""
+    if scenario.transfer is Transfer.PACKET:
+        check_packet_scenario(scenario, options)
     servers = scenario.servers
     if servers is not None and servers != profile.graph.n_servers and len(profile.variables) == 0:
         raise UsageError("servers", "re-partitioning the variables needs the profile's variable table "
@@ -591,6 +601,7 @@ def plan_sweep(
     replicas: int = 1,
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     tie_order: str | TieOrder = TieOrder.INDEX,
+    network: PacketNetwork | None = None,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -659,7 +670,7 @@ def plan_sweep(
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
                "worker_speed": worker_speed, "replicas": int(replicas),
                "enforcement": _as_member(Enforcement, enforcement, "enforcement"),
-               "tie_order": _as_member(TieOrder, tie_order, "tie_order")}
+               "tie_order": _as_member(TieOrder, tie_order, "tie_order"), "network": network}
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
         key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)
@@ -695,6 +706,7 @@ def predict(
     replicas: int = 1,
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     tie_order: str | TieOrder = TieOrder.INDEX,
+    network: PacketNetwork | None = None,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
@@ -770,10 +782,13 @@ def predict(
         ignore it.
     tie_order : {"recorded", "index"} or TieOrder
         How the ``fifo``, ``http2`` and ``grpc`` schedulers queue the ops that become ready at
-        one instant on one slot (docs/model.md §2.4): ``recorded`` (the default) replays the
-        profiled run's order, the parameter transfers (and the PS ops that send them) by their
-        median recorded start; ``index``, ascending op index, the engine's own order. A profile
-        without recorded starts gets op-index order either way; ``priority`` ignores it.
+        one instant on one slot (docs/model.md §2.4): ``index`` (the default), ascending op
+        index, the engine's own order; ``recorded`` replays the profiled run's order, the
+        parameter transfers (and the PS ops that send them) by their median recorded start. A
+        profile without recorded starts gets op-index order either way; ``priority`` ignores it.
+    network : PacketNetwork, optional
+        The transport of the ``packet`` transfer model (docs/model.md §12): congestion
+        control, segment size, least RTO, windows. Default: ``PacketNetwork()``.
     jobs : int
         Parallel processes.
     progress : bool
@@ -823,7 +838,7 @@ def predict(
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
                       worker_speed=worker_speed, replicas=replicas,
-                      enforcement=enforcement, tie_order=tie_order).run(jobs=jobs, progress=progress,
+                      enforcement=enforcement, tie_order=tie_order, network=network).run(jobs=jobs, progress=progress,
                                                                         executor=executor, journal=journal,
                                                                         resume=resume)
 

@@ -41,7 +41,7 @@ def code_digest() -> str:
     sha = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
     for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
+        if name.endswith((".py", ".cpp")):  # the packet network's C++ too
             with open(os.path.join(here, name), "rb") as handle:
                 sha.update(name.encode() + b"\0" + hashlib.sha256(handle.read()).digest())
     return sha.hexdigest()

@@ -138,3 +138,28 @@ def test_results_json_holds_values_json_has_no_number_for(tmp_path):
     assert written["measured_ci95_eps"] is None and written["busy_down_measured"] is None
     assert written["measured_eps"] == 1.0
     assert "## Where the time goes" not in (tmp_path / "results.md").read_text()
+
+
+def test_results_md_gives_the_packet_model_where_a_setting_asked_for_it(tmp_path):
+    import math
+
+    from tfsim.lab.validate import RESULT_COLUMNS, TIMELINE_COLUMNS, packet_columns, write_results
+
+    def row(workers, packet):
+        values = dict.fromkeys(RESULT_COLUMNS, 1.0)
+        values.update(setting="s", api="tf1", model="tiny", transport="queue 5 ms", hosts="quota", window="default",
+                      workers=workers, measured_runs_eps="100", inside_grpc=True, ranges_overlap_grpc=True,
+                      predict_replicas=5, loaded_runs=0, measured_eps=100.0, measured_min_eps=95.0,
+                      measured_max_eps=102.0, predicted_grpc_eps=90.0, error_grpc=-0.1,
+                      **dict.fromkeys(TIMELINE_COLUMNS, math.nan),
+                      **packet_columns(packet, {"mean": 100.0, "min": 95.0, "max": 102.0}))
+        return values
+
+    assert packet_columns(102.5, {"mean": 100.0, "min": 95.0, "max": 102.0})["inside_packet"] is True  # within 3%
+    assert packet_columns(110.0, {"mean": 100.0, "min": 95.0, "max": 102.0})["inside_packet"] is False
+    write_results([row(1, 104.0), row(2, None)], tmp_path, preset="quick", elapsed_s=1.0)
+    text = (tmp_path / "results.md").read_text()
+    assert "bars (packet model, 1 points): mean |error| 4.0% (met); max 4.0% (met); inside the measured range " \
+           "or within 3% of its mean: 0% (missed)" in text
+    assert "| s | 1 | 100.00 | 95.00..102.00 | 104.00 | +4.0% | no | -10.0% |" in text
+    assert "| s | 2 |" not in text.split("## The packet transfer model")[1].split("##")[0]

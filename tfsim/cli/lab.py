@@ -49,7 +49,7 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, api)")
+                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, api, packet)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -95,6 +95,9 @@ def register(sub) -> None:
     p.add_argument("--keep-captures", action="store_true",
                    help="with --timeline: keep each timeline run's capture and trace, so that tfsim report "
                         "--timeline-run and tfsim calibrate can read its directory (tens of MB per run)")
+    p.add_argument("--packet", action="store_true",
+                   help="also predict every point with the packet transfer model (ns-3's TCP, docs/model.md §12; "
+                        "needs the packet extra; minutes per setting) and publish its error beside grpc's")
     p.add_argument("--repeat", type=positive_int, default=3,
                    help="measurements per point, each on a fresh cluster (default: 3)")
     p.add_argument("--no-rerun", action="store_true",
@@ -149,6 +152,8 @@ def settings_of(args) -> tuple[str, list]:
         settings = [dataclasses.replace(s, **transport) for s in settings]
     if args.timeline:
         settings = [dataclasses.replace(s, timeline=True) for s in settings]
+    if args.packet:
+        settings = [dataclasses.replace(s, packet=True) for s in settings]
     if args.keep_captures:
         if not any(s.timeline for s in settings):
             raise UsageError("keep_captures", "keeps the timeline runs' captures: give --timeline too")

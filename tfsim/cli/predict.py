@@ -45,9 +45,16 @@ def register(sub) -> None:
                         "1.13's gRPC), fifo (whole streams as they become ready), and transfer orders enforced with "
                         "the priority scheduler: recorded (TensorFlow's order in the profiled run, the reference "
                         "that order gains are measured against), tic and tac (TicTac's), reverse (TIC reversed), "
-                        "random (five seeded permutations, random#0..random#4) or the NAME of a --priorities file "
+                        "random (five seeded permutations, random#0..random#4) or the NAME of a --priorities file; "
+                        "packet (whole streams in send-ready order over TCP connections simulated packet by packet "
+                        "by ns-3: drops, retransmissions and timeouts included, up to 64 workers, seconds per "
+                        "configuration; pip install 'tfsim[packet]') "
                         "(default: the cluster's default_transfer, grpc for clusters calibrated from TF 2.x "
                         "captures; http2 without a calibration)")
+    p.add_argument("--packet-cc", choices=("reno", "cubic", "bbr"), default="reno",
+                   help="the congestion control of --transfer packet's TCP senders (default: reno, capped at the "
+                        "calibrated queue window: what the lab's Linux senders did on its links; ns-3's bbr is not "
+                        "Linux's, docs/model.md §12)")
     p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")
@@ -111,7 +118,7 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
-    from simulate.config import Enforcement, TieOrder
+    from simulate.config import CongestionControl, Enforcement, PacketNetwork, TieOrder
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -173,7 +180,8 @@ def run(args) -> int:
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
             stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed), replicas=args.replicas,
-            enforcement=args.enforcement, tie_order=args.tie_order)
+            enforcement=args.enforcement, tie_order=args.tie_order,
+            network=PacketNetwork(congestion_control=CongestionControl[args.packet_cc.upper()]))
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
                              cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,

@@ -72,7 +72,8 @@ class LabSetting:
     (:func:`timeline_point`; one PS only). ``profile_ps`` profiles and calibrates with that many
     PS instead of ``ps_tasks`` (e.g. 1), and the prediction re-places the profile's variables
     over ``ps_tasks`` servers (docs/model.md §2.2): the check of a many-PS prediction made from
-    a one-PS profile.
+    a one-PS profile. ``packet`` also predicts every W with the packet transfer model
+    (docs/model.md §12) and publishes its error beside grpc's.
     """
 
     name: str
@@ -98,6 +99,7 @@ class LabSetting:
     keep_captures: bool = False
     profile_ps: int | None = None
     api: str = "tf1"
+    packet: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in LAB_APIS:
@@ -225,6 +227,10 @@ TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the de
 # one of several phase patterns depending on the sampled steps (docs/model.md §5.2), and the lab
 # compares the replicas' mean, showing their range beside the measured one.
 PREDICT_REPLICAS = 5
+# The packet model's steps per prediction: a replay costs seconds per worker, and the lab's
+# measured runs hold 16-60 steps (one seed: its drops and timeouts vary within a run, not across seeds).
+PACKET_STEPS = 120
+PACKET_COLUMNS = ("predicted_packet_eps", "error_packet", "inside_packet")
 RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "window", "transport", "hosts",
                   "ps_cores", "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
@@ -235,7 +241,7 @@ RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profil
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run", "ps_cores_used_in_window",
                   *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
-                  *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS)
+                  *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS, *PACKET_COLUMNS)
 
 
 def _say(message: str) -> None:
@@ -477,6 +483,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps,
                                     servers=servers)
     base = baselines(profile, cluster, setting.workers, "async")
+    packet = packet_predictions(profile, cluster, setting.workers, hosts=hosts, servers=servers) \
+        if setting.packet else {}
     quotas = setting.quotas()
     rows = []
     for w in setting.workers:
@@ -519,8 +527,26 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                for m in TRANSFER_MODELS},
             **(timeline_point(setting, out_dir, w, profile, cluster, hosts, progress=progress) if setting.timeline
                else dict.fromkeys(TIMELINE_COLUMNS, math.nan)),
+            **packet_columns(packet.get(w), stats),
         })
     return rows
+
+
+def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None = None) -> dict[int, float]:
+    """Each W's throughput under the packet transfer model (docs/model.md §12), for the lab's hosts."""
+    _say(f"predicting W = {', '.join(map(str, workers))} with the packet transfer model (ns-3)")
+    frame = predict(profile, cluster, workers=workers, transfer="packet", steps=PACKET_STEPS,
+                    warmup=PACKET_STEPS // 6, servers=servers, jobs=1, **hosts)
+    return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
+
+
+def packet_columns(predicted: float | None, stats: dict) -> dict:
+    """results.csv's packet columns for one point (NaN where the setting did not ask for them)."""
+    if predicted is None:
+        return {"predicted_packet_eps": math.nan, "error_packet": math.nan, "inside_packet": math.nan}
+    error = predicted / stats["mean"] - 1
+    return {"predicted_packet_eps": predicted, "error_packet": error,
+            "inside_packet": bool(stats["min"] <= predicted <= stats["max"] or abs(error) <= CLOSE_ENOUGH)}
 
 
 def machine_text() -> str:
@@ -539,6 +565,35 @@ CLOSE_ENOUGH, INSIDE_SHARE_BAR = 0.03, 0.80
 
 def _met(ok: bool) -> str:
     return "met" if ok else "missed"
+
+
+def _packet_bar_line(frame) -> list[str]:
+    """The bars for the packet transfer model, over the points it predicted (none: no line)."""
+    packet = frame[frame["predicted_packet_eps"].notna()]
+    if packet.empty:
+        return []
+    errors = packet["error_packet"].abs()
+    share = float(packet["inside_packet"].astype(bool).mean())
+    return [f"bars (packet model, {len(packet)} points): mean |error| {errors.mean() * 100:.1f}% "
+            f"({_met(errors.mean() <= MEAN_ERROR_BAR)}); max {errors.max() * 100:.1f}% "
+            f"({_met(errors.max() <= MAX_ERROR_BAR)}); inside the measured range or within {CLOSE_ENOUGH:.0%} of "
+            f"its mean: {share:.0%} ({_met(share >= INSIDE_SHARE_BAR)})"]
+
+
+def _packet_lines(frame) -> list[str]:
+    """results.md's table of the packet transfer model's predictions, where the settings asked for them."""
+    packet = frame[frame["predicted_packet_eps"].notna()]
+    if packet.empty:
+        return []
+    lines = ["", "## The packet transfer model", "",
+             f"ns-3's TCP under the same DAG (docs/model.md §12), {PACKET_STEPS} steps per worker, one seed:", "",
+             "| setting | W | measured (ex/s) | range | packet | error | inside | grpc error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for _, r in packet.iterrows():
+        lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} | {r['measured_min_eps']:.2f}.."
+                     f"{r['measured_max_eps']:.2f} | {r['predicted_packet_eps']:.2f} | {r['error_packet'] * 100:+.1f}% "
+                     f"| {'yes' if r['inside_packet'] else 'no'} | {r['error_grpc'] * 100:+.1f}% |")
+    return lines
 
 
 def _bar_lines(frame) -> list[str]:
@@ -651,7 +706,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"(http2 model): {http2_err.mean() * 100:.1f}%, max {http2_err.max() * 100:.1f}%; grpc inside the measured "
         f"range: {int(frame['inside_grpc'].sum())} of {len(frame)}; the two ranges meet: "
         f"{int(frame['ranges_overlap_grpc'].sum())} of {len(frame)}", "",
-        *_bar_lines(frame), "",
+        *_bar_lines(frame), *_packet_bar_line(frame), "",
         "| setting | api | hosts | W | measured (ex/s) | range | CV | predicted grpc | error | inside | grpc range "
         "| overlap | predicted http2 | error | predicted fifo | error | grpc, lock step | error | Lin et al. | Cynthia "
         "| outside load |",
@@ -669,6 +724,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                      f"{cells} {r['predicted_grpc_lockstep_eps']:.2f} | {r['error_grpc_lockstep'] * 100:+.1f}% | "
                      f"{r['lin_async_eps']:.2f} | {r['cynthia_eps']:.2f} | {r['outside_load_cores']:.2f}"
                      f"{' (flagged)' if r['loaded_runs'] else ''} |")
+    lines.extend(_packet_lines(frame))
     lines.extend(_transport_lines(frame))
     lines.extend(_timeline_lines(frame))
     write_text(out_dir / "results.md", "\n".join(lines) + "\n")
@@ -684,6 +740,8 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
                                                                                   "its replicas)")
         ax.fill_between(group["workers"], group["predicted_grpc_min_eps"], group["predicted_grpc_max_eps"],
                         color=line.get_color(), alpha=0.15, linewidth=0)
+        if group["predicted_packet_eps"].notna().any():
+            ax.plot(group["workers"], group["predicted_packet_eps"], "D-", label="tfsim (packet, ns-3)")
         ax.plot(group["workers"], group["predicted_http2_eps"], "o-.", label="tfsim (http2)")
         ax.plot(group["workers"], group["predicted_grpc_lockstep_eps"], "v:", label="tfsim (grpc, lock step)")
         ax.plot(group["workers"], group["predicted_fifo_eps"], "o--", label="tfsim (fifo)")
