@@ -102,6 +102,8 @@ class Network {
             p2p.SetChannelAttribute("Delay", TimeValue(Seconds(one_way_delay_s)));
             p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(wire_bps))));
             p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("1p"));
+            // A segment leaves whole: the links' MTU holds the largest one TCP makes.
+            p2p.SetDeviceAttribute("Mtu", UintegerValue(segment_bytes + 100 > 1500 ? segment_bytes + 100 : 1500));
             NetDeviceContainer devices = p2p.Install(hosts_.Get(h), sw.Get(0));
             // Device 0 is the host's egress, device 1 the switch's egress to the host.
             bool out_down = is_server;
