@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--csv", type=Path)
     parser.add_argument("--follow-cc", action="store_true", help="use the setting's own congestion control")
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--window", type=int, help="each connection's receive window, bytes (default: the "
+                                                   "calibrated queue window)")
     args = parser.parse_args()
     results = pd.read_csv(args.lab / "results.csv")
     rows = []
@@ -76,7 +78,7 @@ def main() -> None:
         named = re.search(r"(bbr|cubic|reno) congestion control", str(first.get("transport", "")))
         if named and args.follow_cc:
             cc = CongestionControl[named.group(1).upper()]
-        network = PacketNetwork(congestion_control=cc, segment_bytes=args.segment)
+        network = PacketNetwork(congestion_control=cc, segment_bytes=args.segment, receive_window_bytes=args.window)
         workers = [int(w) for w in group["workers"]]
         if args.workers:
             workers = [w for w in workers if w in {int(x) for x in args.workers.split(",")}]
