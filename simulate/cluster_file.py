@@ -235,14 +235,15 @@ def _buffers(source, entry) -> dict[str, float]:
 
 def _shaper(source, ceiling) -> LinkShaper | None:
     """``link_ceiling.link`` (docs/formats.md §4): the link's configured shaper, when it records
-    both of its buckets (the lab's tbf); None otherwise, and for a file without it."""
+    both of its buckets (the lab's tbf); None for a rate alone (``--link-rate``: no buckets, no
+    peak rate), and for a file without it."""
     if ceiling is None:
         return None
     if not isinstance(ceiling, dict) or not isinstance(ceiling.get("link", {}), dict):
         raise ClusterFormatError(source, "link_ceiling must be an object whose link is an object")
     link = ceiling.get("link") or {}
     names = ("rate_Bps", "burst_bytes", "peak_rate_Bps", "peak_burst_bytes")
-    if not all(name in link for name in names):
+    if not all(link.get(name) for name in names):
         return None
     where = "link_ceiling.link"
     return LinkShaper(*(_number(source, link, name, low=1, where=where) for name in names))

@@ -43,15 +43,18 @@ import dataclasses
 import math
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
+from importlib.util import find_spec
 from pathlib import Path
 
 import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.codes import ParseLane
-from simulate.config import MAX_PACKET_WORKERS, Mode, PacketNetwork
+from simulate.config import MAX_PACKET_WORKERS, Mode, PacketNetwork, Sharing
+from simulate.engine import SimRun
 from simulate.prepare import KIND_LATENCY, KIND_MESSAGE, KIND_OVERHEAD, KIND_TRANSFER, SimGraph
 from tfbase.errors import UsageError
 from tfprofile.dag import Resource
@@ -185,7 +188,7 @@ class _Replay:
         self.next_id = 0
         self.tokens: dict[int, tuple[int, int, int]] = {}
         self.next_token = 0
-        self.message_bytes, self.message_stream = self._messages(idle_crossing_s)
+        self.message_bytes, self.message_stream, self.message_wait_s = self._messages(idle_crossing_s)
         self.barrier = 0
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -206,15 +209,15 @@ class _Replay:
         else:
             self.done(worker, op)
 
-    def _messages(self, idle_crossing_s):
-        """Each message op's bytes and stream role, and the wait it keeps beyond one idle crossing."""
+    def _messages(self, idle_crossing_s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each message op's bytes, its stream role (2 * connection + direction), and the wait
+        it keeps beyond one idle crossing; zeros and -1 for every other op."""
         g, M = self.g, self.M
         nbytes = np.zeros(g.n_ops)
-        role = np.full(g.n_ops, -1)  # (connection, direction) packed as 2 * connection + direction
-        self.message_wait_s = np.zeros(g.n_ops)
-        messages = np.flatnonzero(g.kind == KIND_MESSAGE)
-        if len(messages) == 0:
-            return nbytes, role
+        role = np.full(g.n_ops, -1)
+        wait_s = np.zeros(g.n_ops)
+        if not np.any(g.kind == KIND_MESSAGE):
+            return nbytes, role, wait_s
         for m in range(M):
             downlinks = int(np.sum((g.resource == Resource.DOWNLINK) & (g.server == m) & (g.kind == KIND_TRANSFER)))
             uplinks = int(np.sum((g.resource == Resource.UPLINK) & (g.server == m) & (g.kind == KIND_TRANSFER)))
@@ -228,9 +231,9 @@ class _Replay:
                 role[op] = 2 * conn + direction
                 # The calibrated latency was measured with one worker: one idle crossing of these bytes
                 # is in it already, and the network now adds its own.
-                self.message_wait_s[op] = max(0.0, float(g.work[0, op]) - idle_crossing_s[direction]
-                                              - size / self.rate_Bps[direction])
-        return nbytes, role
+                idle_s = idle_crossing_s[direction] + size / self.rate_Bps[direction]
+                wait_s[op] = max(0.0, float(g.work[0, op]) - idle_s)
+        return nbytes, role, wait_s
 
     # -- steps -----------------------------------------------------------------------------------
     def start(self, w: int) -> None:
@@ -480,8 +483,6 @@ def packet_hosts(colocation, workers: int, servers: int) -> tuple[float, float]:
 
 def check_packet_scenario(scenario, options: dict) -> None:
     """What a packet-level replay cannot take, refused before any simulation runs."""
-    from simulate.config import Sharing
-
     if scenario.workers > MAX_PACKET_WORKERS:
         raise UsageError("workers", f"the packet transfer model simulates at most {MAX_PACKET_WORKERS} workers "
                                     f"(not {scenario.workers}): use grpc for larger sweeps")
@@ -496,8 +497,6 @@ def check_packet_scenario(scenario, options: dict) -> None:
     network = options.get("network")
     if network is not None and not isinstance(network, PacketNetwork):
         raise UsageError("network", f"must be a PacketNetwork, not {type(network).__name__}")
-    from importlib.util import find_spec
-
     if find_spec("ns") is None:
         raise UsageError("transfer", "the packet transfer model needs ns-3's Python package: "
                                      "pip install 'tfsim[packet]'")
@@ -507,10 +506,6 @@ def packet_sim_run(graph: SimGraph, cluster: ClusterModel, config, *, network: P
     """A packet-level replay of ``graph`` under the flow engine's ``config`` (its W, mode, steps,
     warmup, seed, starts and hosts), as the engine's :class:`~simulate.engine.SimRun`, so that
     every summary of a run applies to it."""
-    import time
-
-    from simulate.engine import SimRun
-
     ps_cores, worker_rate = packet_hosts(config.colocation, config.workers, graph.n_servers)
     started = time.perf_counter()
     run = replay_packets(graph, cluster, config.workers, steps=config.steps, warmup=config.warmup, seed=config.seed,

@@ -172,3 +172,22 @@ def test_a_short_step_within_the_stamps_error_is_not_above_its_ceiling():
     assert long_payload / ceiling_Bps(link, 1448, long_payload) - long_payload / too_fast > STAMP_ERROR_S
     with pytest.raises(RateAboveCeilingError, match="uplink busy rate"):
         check_ceiling(link, 1448, [("uplink", "busy rate", too_fast, long_payload)], "c.pcap", allow=False)
+
+
+def test_a_shaped_links_record_becomes_the_clusters_shaper_and_a_rate_alone_does_not():
+    """link_ceiling.link of a lab calibration (both tbf buckets) is the packet model's shaper
+    (docs/model.md §12); a rate given alone (--link-rate: no buckets) is no shaper."""
+    from simulate.cluster import LinkShaper
+    from simulate.cluster_file import ClusterFormatError, cluster_from_dict
+
+    base = {"format": "tfsim.cluster/1", "bandwidth_Bps": {"downlink": 1.2e7, "uplink": 1.2e7}, "win_bytes": None,
+            "alpha_s_per_byte": 0.0, "beta_s": 0.0}
+    tbf = {"rate_Bps": 12.5e6, "burst_bytes": 98304, "peak_rate_Bps": 12.75e6, "peak_burst_bytes": 98304,
+           "source": "the lab's tbf"}
+    shaped = cluster_from_dict({**base, "link_ceiling": {"link": tbf}})
+    assert shaped.shaper == LinkShaper(12.5e6, 98304, 12.75e6, 98304)
+    alone = {"rate_Bps": 12.5e6, "burst_bytes": 0, "peak_rate_Bps": None, "peak_burst_bytes": 0, "source": "as given"}
+    assert cluster_from_dict({**base, "link_ceiling": {"link": alone}}).shaper is None
+    assert cluster_from_dict(base).shaper is None
+    with pytest.raises(ClusterFormatError, match=r"link_ceiling\.link\.burst_bytes must be"):
+        cluster_from_dict({**base, "link_ceiling": {"link": {**tbf, "burst_bytes": -5}}})

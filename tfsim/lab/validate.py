@@ -505,7 +505,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "ps_cores": quotas.ps_cores, "worker_cores": quotas.worker_cores, "workers": w,
             "repeats": len(point["runs"]), "measured_eps": stats["mean"], "measured_min_eps": stats["min"],
             "measured_max_eps": stats["max"], "measured_cv": stats["cv"], "measured_ci95_eps": stats["ci95"],
-            "measured_runs_eps": " ".join(f"{x:.4g}" for x in point["runs"]),
+            "measured_runs_eps": " ".join(f"{x:.6g}" for x in point["runs"]),
             "measured_per_worker_sum_eps": point["per_worker_sum_eps"], "finish_spread_s": point["finish_spread_s"],
             **{f"predicted_{m}_eps": predicted[m] for m in TRANSFER_MODELS},
             **{f"error_{m}": predicted[m] / stats["mean"] - 1 for m in TRANSFER_MODELS},
