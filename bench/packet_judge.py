@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("lab", type=Path)
     parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--seeds", type=int, default=1)
-    parser.add_argument("--cc", default="bbr", choices=[c.name.lower() for c in CongestionControl])
+    parser.add_argument("--cc", default="reno", choices=[c.name.lower() for c in CongestionControl])
     parser.add_argument("--settings", help="comma-separated setting names (default: all)")
     parser.add_argument("--workers", help="comma-separated W (default: all measured)")
     parser.add_argument("--calibrated-shaper", action="store_true")
