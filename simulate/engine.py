@@ -229,6 +229,12 @@ def tie_ordered(groups: np.ndarray, ops: np.ndarray, op_slot: np.ndarray, tie_ke
     return out
 
 
+def sample_steps(n_profiled: int, workers: int, steps: int, seed: int) -> np.ndarray:
+    """(W, N) profiled step each worker's k-th step replays (docs/model.md §2.3): uniform with
+    replacement, numpy's default generator seeded with ``seed``; every backend samples so."""
+    return np.random.default_rng(seed).integers(0, n_profiled, size=(workers, steps)).astype(np.int64)
+
+
 def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> KernelInputs:
     """Lay a run out for :func:`simulate.kernel.run_kernel`.
 
@@ -311,8 +317,7 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
         succ_idx = tie_ordered(np.repeat(np.arange(graph.n_ops), np.diff(graph.succ_ptr)), succ_idx, op_slot,
                                graph.tie_key)
         roots = tie_ordered(np.zeros(len(roots), dtype=np.int64), roots, op_slot, graph.tie_key)
-    rng = np.random.default_rng(config.seed)
-    samples = rng.integers(0, graph.n_steps, size=(W, config.steps)).astype(np.int64)
+    samples = sample_steps(graph.n_steps, W, config.steps, config.seed)
     return KernelInputs(
         succ_ptr=graph.succ_ptr, succ_idx=succ_idx, roots=roots, in_degree=graph.in_degree, op_slot=op_slot,
         op_fifo_link=graph.fifo_link,

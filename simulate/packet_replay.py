@@ -54,7 +54,7 @@ import numpy as np
 from simulate.cluster import ClusterModel
 from simulate.codes import ParseLane
 from simulate.config import MAX_PACKET_WORKERS, Mode, PacketNetwork, Sharing
-from simulate.engine import SimRun
+from simulate.engine import SimRun, sample_steps
 from simulate.prepare import KIND_LATENCY, KIND_MESSAGE, KIND_OVERHEAD, KIND_TRANSFER, SimGraph
 from tfbase.errors import UsageError
 from tfprofile.dag import Resource
@@ -137,12 +137,13 @@ def link_rates_Bps(cluster: ClusterModel) -> tuple[float, float]:
     return down, up
 
 
-def _shaper(bandwidth_Bps: float, bucket, wire: float) -> tuple[float, float, int]:
-    """A direction's shaper as (rate, peak rate, bucket) in wire bits/s and bytes: the token
-    bucket's sustained rate, spent at the bandwidth (docs/model.md §4.4); none: a plain rate."""
+def _shaper(sustained_Bps: float, bandwidth_Bps: float, bucket, wire: float) -> tuple[float, float, int]:
+    """A direction's shaper as (rate, peak rate, bucket) in wire bits/s and bytes: the sustained
+    rate (:func:`link_rates_Bps`), with a token bucket spent at the bandwidth (docs/model.md
+    §4.4); none: a plain rate."""
     if bucket is None:
-        return 8 * bandwidth_Bps * wire, 0.0, 0
-    return 8 * float(bucket.sustained_Bps) * wire, 8 * bandwidth_Bps * wire, int(float(bucket.bucket_bytes) * wire)
+        return 8 * sustained_Bps * wire, 0.0, 0
+    return 8 * sustained_Bps * wire, 8 * bandwidth_Bps * wire, int(float(bucket.bucket_bytes) * wire)
 
 
 def _receive_window(network: PacketNetwork, cluster: ClusterModel) -> int:
@@ -188,7 +189,8 @@ class _Replay:
         self.next_id = 0
         self.tokens: dict[int, tuple[int, int, int]] = {}
         self.next_token = 0
-        self.message_bytes, self.message_stream, self.message_wait_s = self._messages(idle_crossing_s)
+        (self.message_bytes, self.message_stream, self.message_server,
+         self.message_wait_s) = self._messages(idle_crossing_s)
         self.barrier = 0
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -209,15 +211,16 @@ class _Replay:
         else:
             self.done(worker, op)
 
-    def _messages(self, idle_crossing_s) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each message op's bytes, its stream role (2 * connection + direction), and the wait
-        it keeps beyond one idle crossing; zeros and -1 for every other op."""
+    def _messages(self, idle_crossing_s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Each message op's bytes, its stream role (2 * connection + direction), its server,
+        and the wait it keeps beyond one idle crossing; zeros and -1 for every other op."""
         g, M = self.g, self.M
         nbytes = np.zeros(g.n_ops)
         role = np.full(g.n_ops, -1)
+        server = np.full(g.n_ops, -1)
         wait_s = np.zeros(g.n_ops)
         if not np.any(g.kind == KIND_MESSAGE):
-            return nbytes, role, wait_s
+            return nbytes, role, server, wait_s
         for m in range(M):
             downlinks = int(np.sum((g.resource == Resource.DOWNLINK) & (g.server == m) & (g.kind == KIND_TRANSFER)))
             uplinks = int(np.sum((g.resource == Resource.UPLINK) & (g.server == m) & (g.kind == KIND_TRANSFER)))
@@ -229,11 +232,12 @@ class _Replay:
                                               (response, RUNGRAPH_RESPONSE_BYTES, CONNECTION_A, DOWN)):
                 nbytes[op] = size
                 role[op] = 2 * conn + direction
+                server[op] = m
                 # The calibrated latency was measured with one worker: one idle crossing of these bytes
                 # is in it already, and the network now adds its own.
                 idle_s = idle_crossing_s[direction] + size / self.rate_Bps[direction]
                 wait_s[op] = max(0.0, float(g.work[0, op]) - idle_s)
-        return nbytes, role, wait_s
+        return nbytes, role, server, wait_s
 
     # -- steps -----------------------------------------------------------------------------------
     def start(self, w: int) -> None:
@@ -253,15 +257,11 @@ class _Replay:
             self._send(w, op, int(g.server[op]), conn, direction, size)
         elif kind == KIND_MESSAGE:
             role = int(self.message_stream[op])
-            self._send(w, op, int(g.server[op]) if g.server[op] >= 0 else self._message_server(op), role // 2,
-                       role % 2, float(self.message_bytes[op]))
+            self._send(w, op, int(self.message_server[op]), role // 2, role % 2, float(self.message_bytes[op]))
         elif kind == KIND_LATENCY or (kind == KIND_OVERHEAD and g.parse_lane[op] == ParseLane.DELAY):
             self.at(self._work(w, op), lambda: self.done(w, op))
         else:
             self._queue(w, op, self._slot(w, op))
-
-    def _message_server(self, op: int) -> int:
-        return op // 3 if op < 3 * self.M else op - (self.g.n_ops - self.M)
 
     def _send(self, w: int, op: int, server: int, conn: int, direction: int, size: float) -> None:
         self.next_token += 1
@@ -427,15 +427,14 @@ def replay_packets(graph: SimGraph, cluster: ClusterModel, workers: int, *, step
     for direction, rate in zip(("downlink", "uplink"), rates):
         buffer = float(getattr(cluster, f"buffer_{direction}_bytes"))
         buffers.append(int(buffer) if math.isfinite(buffer) else int(rate * wire * DEFAULT_QUEUE_S))
-    down = _shaper(cluster.downlink_Bps, cluster.bucket_downlink, wire)
-    up = _shaper(cluster.uplink_Bps, cluster.bucket_uplink, wire)
+    down = _shaper(rates[0], cluster.downlink_Bps, cluster.bucket_downlink, wire)
+    up = _shaper(rates[1], cluster.uplink_Bps, cluster.bucket_uplink, wire)
     peak_bucket = network.segment_bytes + SEGMENT_HEADER_BYTES
     if cluster.shaper is not None:  # the link as it was configured, not its calibrated summary
         shaper = cluster.shaper
         down = up = (8 * shaper.rate_Bps, 8 * shaper.peak_rate_Bps, int(shaper.burst_bytes))
         peak_bucket = int(shaper.peak_burst_bytes)
-    rng = np.random.default_rng(seed)
-    samples = rng.integers(0, graph.n_steps, size=(workers, steps)).astype(np.int64)
+    samples = sample_steps(graph.n_steps, workers, steps, seed)
     starts = tuple(start_offsets_s) if start_offsets_s is not None else (0.0,) * workers
     if len(starts) != workers:
         raise UsageError("start_offsets_s", f"needs one start per worker ({workers}), not {len(starts)}")
