@@ -249,3 +249,48 @@ def test_an_interrupt_that_left_an_exec_of_a_string_still_exits_with_the_command
             proc.wait()
     assert proc.returncode == 130, (proc.returncode, err)
     assert "Traceback" not in err
+
+
+def test_a_signal_whose_exception_compiled_code_replaced_still_stops_with_the_signal_status():
+    # matplotlib's renderer turns any exception raised in a callback into its own
+    # "ValueError: Invalid affine transformation matrix": the command must still end as the
+    # signal asked (143, one line), not as a crash (1, a traceback).
+    code = (
+        "import os, signal, sys\n"
+        "import tfsim.cli as cli\n"
+        "def renderer(args):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        for _ in range(10**6): pass\n"
+        "    except BaseException:\n"
+        "        raise ValueError('Invalid affine transformation matrix') from None\n"
+        "    return 0\n"
+        "build = cli.build_parser\n"
+        "def build_parser():\n"
+        "    parser = build()\n"
+        "    cli._subparser(parser, 'demo').set_defaults(handler=renderer)\n"
+        "    return parser\n"
+        "cli.build_parser = build_parser\n"
+        "sys.exit(cli.main(['demo'], exiting=True))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 143, (done.returncode, done.stderr)
+    assert done.stderr.strip() == "tfsim: terminated by SIGTERM"
+
+
+def test_an_error_with_no_signal_behind_it_is_still_raised():
+    code = (
+        "import sys\n"
+        "import tfsim.cli as cli\n"
+        "def broken(args):\n"
+        "    raise ValueError('a bug')\n"
+        "build = cli.build_parser\n"
+        "def build_parser():\n"
+        "    parser = build()\n"
+        "    cli._subparser(parser, 'demo').set_defaults(handler=broken)\n"
+        "    return parser\n"
+        "cli.build_parser = build_parser\n"
+        "sys.exit(cli.main(['demo'], exiting=True))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 1 and "ValueError: a bug" in done.stderr

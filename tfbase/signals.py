@@ -41,10 +41,11 @@ _PR_SET_PDEATHSIG = 1
 REDELIVER_AFTER_S = 0.001  # a swallowed stop signal is raised again this much later
 
 _state = {"stopping": False, "deferring": 0, "pending": None, "unraisable_hook": sys.unraisablehook,
-          "redeliver": None, "alarm_handler": signal.SIG_DFL}
+          "redeliver": None, "alarm_handler": signal.SIG_DFL, "received": None}
 
 
 def _raise_for(signum: int) -> None:
+    _state["received"] = signum
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
@@ -97,7 +98,7 @@ def stop_on_signals(*, then_ignore: bool = False) -> Iterator[None]:
             continue  # ignored on purpose by whoever started us (nohup, a background job)
         previous[sig] = signal.signal(sig, _handler)
     saved = dict(_state)
-    _state.update(stopping=False, deferring=0, pending=None, unraisable_hook=sys.unraisablehook)
+    _state.update(stopping=False, deferring=0, pending=None, unraisable_hook=sys.unraisablehook, received=None)
     sys.unraisablehook = _swallowed
     try:
         yield
@@ -135,6 +136,14 @@ def deferred_signals() -> Iterator[None]:
             if not _state["stopping"]:
                 _state["stopping"] = True
                 _raise_for(pending)
+
+
+def received_stop_signal() -> int | None:
+    """The stop signal whose exception :func:`stop_on_signals` raised, if one was. Compiled code
+    that calls back into Python can replace that exception with its own (matplotlib's renderer
+    turns it into ``ValueError: Invalid affine transformation matrix``): the caller then still
+    knows the error is the signal's doing."""
+    return _state["received"]
 
 
 def stopping() -> bool:

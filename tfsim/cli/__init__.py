@@ -18,12 +18,13 @@ outputs staged so far are removed (:mod:`tfbase.signals`, :mod:`simulate.workers
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
 
 from tfbase.errors import InputError, Terminated, TfsimError, TfsimWarning
-from tfbase.signals import stop_on_signals
+from tfbase.signals import received_stop_signal, stop_on_signals
 from tfsim import __version__
 from tfsim.cli import calibrate, collect, compare, demo, lab, order, plan, predict, profile, report
 from tfsim.cli.console import console
@@ -136,16 +137,29 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         with stop_on_signals(then_ignore=exiting):
             try:
                 return _run(args, command_parser)
-            except KeyboardInterrupt:
-                console.drop()
-                print("tfsim: interrupted", file=sys.stderr)
-                return 130
+            except KeyboardInterrupt as stop:
+                return _stopped(stop)
             except Terminated as stop:
-                console.drop()
-                print(f"tfsim: terminated by {stop.signal_name}", file=sys.stderr)
-                return stop.exit_status
+                return _stopped(stop)
+            except Exception:
+                signum = received_stop_signal()
+                if signum is None:
+                    raise
+                # Compiled code replaced the signal's exception with its own error on the way out.
+                return _stopped(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
     finally:
         warnings.showwarning = default_showwarning
+
+
+def _stopped(stop: KeyboardInterrupt | Terminated) -> int:
+    """Report a stop signal; the command's exit status (130 for Ctrl-C, 128 + the signal's number
+    otherwise)."""
+    console.drop()
+    if isinstance(stop, KeyboardInterrupt):
+        print("tfsim: interrupted", file=sys.stderr)
+        return 130
+    print(f"tfsim: terminated by {stop.signal_name}", file=sys.stderr)
+    return stop.exit_status
 
 
 def _run(args, command_parser: argparse.ArgumentParser) -> int:
