@@ -27,6 +27,12 @@ the measured min..max or within 3% of its mean. Variants:
   times the quota), run at the quota's speed as extra receive work on the PS host, spread over
   the uplink bytes; the one-worker correction is fitted again with it. A study of whether the PS
   host's capacity explains the error, not a calibration a user could run.
+- ``conncap``: the cluster as calibration now reads a capture-sourced CLUSTER.json's busy
+  rates (calibration.calibrate.connection_bound): a direction whose busy rate is below half of
+  iperf3's gets iperf3's B and the busy rate as each connection's cap (docs/model.md §4.8); the
+  one-worker correction is fitted again with it. For lab directories calibrated before the cap.
+- ``conncap1``: as ``conncap`` with the fraction 1: every direction whose busy rate is below
+  iperf3's gets iperf3's B and the busy rate as each connection's cap.
 
 A study tool, not part of tfsim: it shows, before a change is made in the engine, whether it
 moves the lab's errors, and it prints the table a model change is published with.
@@ -49,8 +55,9 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from calibration.calibrate import CONNECTION_BOUND_FRACTION, connection_bound  # noqa: E402
 from simulate.cluster import Overhead  # noqa: E402
-from simulate.cluster_file import load_cluster  # noqa: E402
+from simulate.cluster_file import cluster_from_dict, load_cluster  # noqa: E402
 from simulate.config import TaskHosts  # noqa: E402
 from simulate.sweep import predict  # noqa: E402
 from simulate.untrace import fit_computation_scale, scale_computation  # noqa: E402
@@ -92,6 +99,23 @@ def with_ps_cpu(setting: Path, profile, cluster, quota: float, hosts: dict):
     return scale_computation(profile, scale), changed
 
 
+def with_connection_cap(setting: Path, profile, cluster, hosts: dict, fraction: float = CONNECTION_BOUND_FRACTION):
+    """The ``conncap`` and ``conncap1`` variants' profile and cluster (see the module docstring)."""
+    document = json.loads((setting / "CLUSTER.json").read_text())
+    if document.get("bandwidth_source") != "capture" or "connection_cap_Bps" in document:
+        return profile, cluster
+    rates, caps = connection_bound(document["busy_rate_Bps"], document["iperf3_bandwidth_Bps"], fraction)
+    if not caps:
+        return profile, cluster
+    document.update(bandwidth_Bps=rates, connection_cap_Bps=caps)
+    document["token_bucket"] = {d: b for d, b in (document.get("token_bucket") or {}).items() if d not in caps}
+    changed = cluster_from_dict(document, source=str(setting / "CLUSTER.json"))
+    target = untraced_step_s(setting / "profile-run")
+    scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
+    print(f"{setting.name} conncap: caps {caps}, correction x{scale:.3f}", file=sys.stderr, flush=True)
+    return scale_computation(profile, scale), changed
+
+
 def _no_queue_window(cluster, row):
     return dataclasses.replace(cluster, queue_window_downlink_bytes=0.0, queue_window_uplink_bytes=0.0)
 
@@ -124,6 +148,8 @@ VARIANTS = {  # name -> (predict() keyword arguments on top of the lab's, a chan
     "nopscpu": ({}, _no_ps_cpu),
     "neither": ({}, _neither),
     "pscpu": ({}, None),  # see with_ps_cpu
+    "conncap": ({}, None),  # see with_connection_cap
+    "conncap1": ({}, None),
 }
 
 
@@ -149,6 +175,10 @@ def judge(lab: Path, variants: list[str], steps: int, replicas: int) -> pd.DataF
             if variant == "pscpu":
                 used_profile, used_cluster = with_ps_cpu(lab / setting, profile, cluster, float(first["ps_cores"]),
                                                          hosts_of(first))
+            if variant in ("conncap", "conncap1"):
+                used_profile, used_cluster = with_connection_cap(
+                    lab / setting, profile, cluster, hosts_of(first),
+                    **({"fraction": 1.0} if variant == "conncap1" else {}))
             frame = predict(used_profile, used_cluster, workers=workers, transfer="grpc",
                             steps=steps, warmup=min(50, steps // 5), replicas=replicas, servers=servers, jobs=1,
                             **hosts_of(first), **options)

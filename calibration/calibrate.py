@@ -8,7 +8,9 @@ Inputs, all in one run directory written by ``tfsim collect --capture``: ``iperf
   spread; and the capture's busy rate, the rate the job's tensors moved at while the link
   was backlogged (:func:`_busy_rate`). The model uses the one that, with the rest of the
   calibration, reproduces the calibration run's own step time at W = 1 (``bandwidth_source``;
-  both are kept in CLUSTER.json). Where the link's rate is known (``run.json`` ``link``, or
+  both are kept in CLUSTER.json). A busy rate well below iperf3's is the job's connection's,
+  not the link's: B is then iperf3's and the busy rate caps each worker's connection
+  (:func:`connection_bound`, ``connection_cap_Bps``). Where the link's rate is known (``run.json`` ``link``, or
   ``link_rate_Bps``), both are held to what TCP payload can carry on it
   (:mod:`calibration.ceiling`, docs/calibration.md §4.6).
 - **Window WIN** per direction: the receiver's HTTP/2 stream window (INITIAL_WINDOW_SIZE as
@@ -85,6 +87,12 @@ MIN_STREAM_BYTES = 100_000
 MIN_BUSY_BYTES = 4 * MIN_STREAM_BYTES
 MAX_IPERF_BYTES = 64 * 2**20
 MIN_BUFFER_BYTES = 1500  # one full-size packet: a queue that cannot hold one drops everything
+# A busy rate below this fraction of iperf3's is not the link's: iperf3's bulk flow showed the
+# link carry more, so the job's connection (its end's CPU, its windows) held it back, and every
+# worker's connection will be so held (docs/calibration.md §4.9). A connection that the link
+# held comes within 10% of iperf3's (0.93 to 1.25 over the lab's saved calibrations); a cap at
+# such a rate would hold a faster link's what-if to this one's.
+CONNECTION_BOUND_FRACTION = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +145,7 @@ class Calibration:
     link_ceiling: dict = dataclasses.field(default_factory=dict)  # when the link's rate is known (§4.6)
     buffer_bytes: dict = dataclasses.field(default_factory=dict)  # when the link's buffer is known (§4.7)
     ps_cpu: dict = dataclasses.field(default_factory=dict)  # when collect sampled the tasks' CPU (§4.8)
+    connection_cap_Bps: dict = dataclasses.field(default_factory=dict)  # a connection-bound direction's (§4.9)
 
     @property
     def default_transfer(self) -> str:
@@ -170,6 +179,7 @@ class Calibration:
             **({"link_ceiling": self.link_ceiling} if self.link_ceiling else {}),
             **({"buffer_bytes": self.buffer_bytes} if self.buffer_bytes else {}),
             **({"ps_cpu": self.ps_cpu} if self.ps_cpu else {}),
+            **({"connection_cap_Bps": self.connection_cap_Bps} if self.connection_cap_Bps else {}),
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
@@ -290,6 +300,42 @@ def _rpc_chain(run, capture, match) -> dict:
     return {"rungraph_s": out["rungraph_s"], "worker_requests_s": out.get("worker_requests_s", 0.0),
             "ps_requests_s": out.get("ps_requests_s", 0.0), "response_s": out.get("response_s", 0.0),
             "steps": len(lags["rungraph_s"])}
+
+
+def connection_bound(busy: dict, iperf3: dict, fraction: float = CONNECTION_BOUND_FRACTION) -> tuple[dict, dict]:
+    """The capture's bandwidth per direction, and the connection cap of the directions whose
+    busy rate is the connection's rather than the link's (docs/calibration.md §4.9).
+
+    Where the job's busy rate is below ``fraction`` of iperf3's, the link carried more than the
+    job's one connection moved: B is iperf3's and the busy rate caps each worker's connection.
+    Elsewhere B is the busy rate (a token bucket's peak where it beats iperf3's), with no cap.
+
+    Parameters
+    ----------
+    busy : dict
+        The capture's busy rate per direction, bytes/s.
+    iperf3 : dict
+        iperf3's rate per direction, bytes/s.
+    fraction : float
+        A busy rate below this fraction of iperf3's is the connection's.
+
+    Returns
+    -------
+    (dict, dict)
+        B per direction; the cap per connection-bound direction (empty when none is).
+
+    Examples
+    --------
+    >>> connection_bound({"downlink": 124e6, "uplink": 32e6}, {"downlink": 120e6, "uplink": 120e6})
+    ({'downlink': 124000000.0, 'uplink': 120000000.0}, {'uplink': 32000000.0})
+    """
+    rates, caps = {}, {}
+    for direction, rate in busy.items():
+        if rate < fraction * iperf3[direction]:
+            rates[direction], caps[direction] = iperf3[direction], rate
+        else:
+            rates[direction] = rate
+    return rates, caps
 
 
 def _token_bucket(samples: list[StreamSample], peak: dict, sustained: dict) -> dict:
@@ -649,9 +695,9 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         # A skipped step is reported when the profile itself is built; here it would say it twice.
         warnings.filterwarnings("ignore", category=TraceWarning)
         profile = profile_from_run_dir(run_dir)
-    candidates = {"iperf3": bandwidth}
+    candidates = {"iperf3": (bandwidth, {})}
     if all(busy.values()):
-        candidates["capture"] = busy
+        candidates["capture"] = connection_bound(busy, bandwidth)
     notes = list(capture.warnings)
     for direction, rate in busy.items():
         if rate is None and any(d == direction for d, _ in incomplete):
@@ -659,20 +705,22 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
                          "(lost frames, or a capture that ends or starts inside the step); B comes from iperf3 alone")
     measured_flow = _flow_control(samples, capture, timelines)
     best = None
-    for source, rates in candidates.items():
-        flow_control = _fit_update_delay(samples, rates, windows, measured_flow)
+    for source, (rates, caps) in candidates.items():
+        # One connection moves at its link's rate or its cap, whichever is lower.
+        one_connection = {d: min(rate, caps.get(d, rate)) for d, rate in rates.items()}
+        flow_control = _fit_update_delay(samples, one_connection, windows, measured_flow)
         # The job's busy rate above iperf3's is a burst: the link sustains iperf3's rate.
         bucket = _token_bucket(samples, rates, bandwidth) if source == "capture" else {}
         calibration = Calibration(
             run_dir=str(run_dir), bandwidth_Bps=rates, bandwidth_spread_Bps=spread, busy_rate_Bps=busy,
             window_bytes=windows, window_timeline=timelines, overhead=fits, overhead_pooled=pooled,
-            model_error=model_check(samples, rates, windows, flow_control), samples=tuple(samples),
+            model_error=model_check(samples, one_connection, windows, flow_control), samples=tuple(samples),
             flow_control=flow_control, bandwidth_source=source, iperf3_bandwidth_Bps=bandwidth,
             tensorflow=_tensorflow_version(run.run), capture_notes=tuple(notes),
             capture_loss={d: loss.to_json() for d, loss in losses.items()},
             kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
             token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc, link_ceiling=ceiling,
-            buffer_bytes=buffers, ps_cpu=ps_cpu,
+            buffer_bytes=buffers, ps_cpu=ps_cpu, connection_cap_Bps=caps,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])

@@ -13,12 +13,17 @@ def format_calibration(document: dict) -> str:
     bw, spread = document["bandwidth_Bps"], document["bandwidth_spread_Bps"]
     iperf, busy = document.get("iperf3_bandwidth_Bps") or bw, document.get("busy_rate_Bps") or {}
     source = document.get("bandwidth_source", "iperf3")
+    caps = document.get("connection_cap_Bps") or {}
     lines = []
     for d in ("downlink", "uplink"):
         busy_text = format_rate(busy[d]) if busy.get(d) else "n/a"
-        lines.append(f"{d:<8} B {format_rate(bw[d])} from the {source} (iperf3 median of {spread[d]['runs']} "
+        from_text = "from iperf3" if d in caps else f"from the {source}"
+        lines.append(f"{d:<8} B {format_rate(bw[d])} {from_text} (iperf3 median of {spread[d]['runs']} "
                      f"{format_rate(iperf[d])}, {format_rate(spread[d]['min'])}..{format_rate(spread[d]['max'])}; "
                      f"capture's busy rate {busy_text})  WIN {document['win_bytes_by_direction'].get(d)} bytes")
+        if caps.get(d):
+            lines.append(f"{'':<8} each connection at most {format_rate(caps[d])}: the capture's busy rate, well "
+                         f"below iperf3's, was the connection's, not the link's")
         o = document["overhead"].get(d)
         if o:
             lines.append(f"{'':<8} overhead {o['alpha_s_per_byte'] * 1e9:.3g} ns/byte + {o['beta_s'] * 1e3:.3g} ms "

@@ -315,6 +315,11 @@ class ClusterModel:
             switch port's or shaper's buffer): the bytes queued there, which messages wait
             behind and acknowledgements drain through, are at most this (docs/model.md §4.5);
             inf: unbounded.
+        connection_cap_downlink_Bps, connection_cap_uplink_Bps: the most one worker's connection
+            moves in each direction however much of the link is free, bytes/s: where the
+            one-worker run's transfers moved well below what the link carries, the connection's
+            end (its host's CPU) is the limit, which every worker has once (docs/model.md §4.8);
+            inf: none.
         shaper: how the links were shaped, when they were (the lab's tbf, :class:`LinkShaper`):
             a packet-level replay shapes its links so (docs/model.md §12); None: from the
             calibrated bandwidth and token bucket.
@@ -347,6 +352,8 @@ class ClusterModel:
     queue_window_uplink_bytes: float = 0.0
     buffer_downlink_bytes: float = math.inf
     buffer_uplink_bytes: float = math.inf
+    connection_cap_downlink_Bps: float = math.inf
+    connection_cap_uplink_Bps: float = math.inf
     shaper: LinkShaper | None = None
     rpc: RpcChain | None = None
     ps_cpu: PsCpu | None = None
@@ -367,6 +374,11 @@ class ClusterModel:
             value = _number(getattr(self, name), name)
             if not value > 0:
                 raise UsageError(name, f"a link's buffer must be positive bytes (inf: unbounded), not {value}")
+            object.__setattr__(self, name, value)
+        for name in ("connection_cap_downlink_Bps", "connection_cap_uplink_Bps"):
+            value = _number(getattr(self, name), name)
+            if value != math.inf:
+                value = check_rate(value, name)
             object.__setattr__(self, name, value)
         for name in ("latency_downlink_s", "latency_uplink_s"):
             object.__setattr__(self, name, check_latency(getattr(self, name), name))

@@ -129,6 +129,7 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         buckets = _token_buckets(source, data.get("token_bucket"))
         queue = _per_direction_numbers(source, data, "queue_window_bytes")
         buffer = _buffers(source, data.get("buffer_bytes"))
+        connection_cap = _connection_caps(source, data.get("connection_cap_Bps"))
         rpc = _rpc(source, data.get("rpc"))
         ps_cpu = _ps_cpu(source, data.get("ps_cpu"))
         shaper = _shaper(source, data.get("link_ceiling"))
@@ -138,6 +139,8 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
                             bucket_downlink=buckets["downlink"], bucket_uplink=buckets["uplink"],
                             queue_window_downlink_bytes=queue["downlink"], queue_window_uplink_bytes=queue["uplink"],
                             buffer_downlink_bytes=buffer["downlink"], buffer_uplink_bytes=buffer["uplink"],
+                            connection_cap_downlink_Bps=connection_cap["downlink"],
+                            connection_cap_uplink_Bps=connection_cap["uplink"],
                             shaper=shaper, rpc=rpc, ps_cpu=ps_cpu,
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
@@ -231,6 +234,17 @@ def _buffers(source, entry) -> dict[str, float]:
     if not isinstance(entry, dict):
         raise ClusterFormatError(source, "buffer_bytes must map downlink/uplink to numbers of bytes")
     return {d: _number(source, entry, d, allow_none=True, low=1, where="buffer_bytes") for d in ("downlink", "uplink")}
+
+
+def _connection_caps(source, entry) -> dict[str, float]:
+    """``connection_cap_Bps``: an optional ``{downlink: bytes/s, uplink: bytes/s}``; no cap (inf)
+    where absent or null (docs/model.md §4.8)."""
+    if entry is None:
+        return {"downlink": math.inf, "uplink": math.inf}
+    if not isinstance(entry, dict):
+        raise ClusterFormatError(source, "connection_cap_Bps must map downlink/uplink to rates in bytes/s")
+    return {d: _number(source, entry, d, allow_none=True, low=MIN_RATE_BPS, high=MAX_RATE_BPS,
+                       where="connection_cap_Bps") for d in ("downlink", "uplink")}
 
 
 def _shaper(source, ceiling) -> LinkShaper | None:

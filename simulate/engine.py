@@ -330,6 +330,8 @@ def kernel_inputs(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> 
                                          + [cluster.queue_window_uplink_bytes] * M, dtype=np.float64),
         link_buffer_bytes=np.array([cluster.buffer_downlink_bytes] * M + [cluster.buffer_uplink_bytes] * M,
                                    dtype=np.float64),
+        link_connection_cap_Bps=np.array([cluster.connection_cap_downlink_Bps] * M
+                                         + [cluster.connection_cap_uplink_Bps] * M, dtype=np.float64),
         link_reverse=np.concatenate([M + np.arange(M), np.arange(M)]).astype(np.int64),
         link_direction=link_direction, n_servers=M, share=int(share),
         flow_cap_Bps=float(config.flow_cap_Bps or math.inf),

@@ -687,6 +687,9 @@ def _rerate(inp, st, g, now):
         rate = st.links.capacity_Bps[link] * _link_share(inp, st.links, w, link)
         if inp.share == Share.FLOW_CAP and rate > inp.flow_cap_Bps:
             rate = inp.flow_cap_Bps
+        if rate > inp.link_connection_cap_Bps[link]:
+            # The connection's end moves no faster, however much of the link is free (docs/model.md §4.8).
+            rate = inp.link_connection_cap_Bps[link]
         if inp.link_queue_window_bytes[link] > 0.0:
             acked = _window_per_ack_delay(inp, st.links, link)
             if rate > acked:

@@ -39,6 +39,7 @@ class KernelInputs(NamedTuple):
     link_bucket_bytes: np.ndarray  # (2M,) token bucket size; 0: no bucket, the peak is sustained
     link_queue_window_bytes: np.ndarray  # (2M,) bytes a busy connection keeps in the link's FIFO; 0: no FIFO wait
     link_buffer_bytes: np.ndarray  # (2M,) the most bytes the link's FIFO holds (inf: unbounded)
+    link_connection_cap_Bps: np.ndarray  # (2M,) the most one worker's connection moves on the link (inf: no cap)
     link_reverse: np.ndarray       # (2M,) the other direction of the same server's link
     link_direction: np.ndarray     # (2M,) a Direction code
     n_servers: int

@@ -79,6 +79,9 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
     queue_window = {0: numeric(cluster.queue_window_downlink_bytes), 2: numeric(cluster.queue_window_uplink_bytes)}
     buffer = {0: numeric(cluster.buffer_downlink_bytes) if math.isfinite(cluster.buffer_downlink_bytes) else math.inf,
               2: numeric(cluster.buffer_uplink_bytes) if math.isfinite(cluster.buffer_uplink_bytes) else math.inf}
+    # docs/model.md §4.8: the most one worker's connection moves in each direction.
+    connection_cap = {0: cluster.connection_cap_downlink_Bps, 2: cluster.connection_cap_uplink_Bps}
+    connection_cap = {k: numeric(v) if math.isfinite(v) else None for k, v in connection_cap.items()}
     win = cluster.win_bytes
     flow_cap = numeric(config.flow_cap_Bps) if config.flow_cap_Bps else None
     sharing = None if config.mode is Mode.ALLREDUCE else config.sharing
@@ -175,6 +178,8 @@ def reference_run(graph, cluster: ClusterModel, config: SimConfig, numeric=float
             r = capacity[(order, m)] * s
             if flow_cap is not None and sharing is Sharing.FLOW_CAP:
                 r = min(r, flow_cap)
+            if connection_cap[order] is not None:
+                r = min(r, connection_cap[order])
             qwin, rev = queue_window[order], (2 - order, m)
             if qwin > 0 and active[rev]:
                 # docs/model.md §4.5: acknowledgements wait behind the reverse direction's queue

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from calibration.calibrate import calibrate_run
+from calibration.calibrate import calibrate_run, connection_bound
 from calibration.fit import least_squares, theil_sen
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
 from simulate.cluster import ClusterModel
@@ -221,3 +221,40 @@ def test_every_transfer_model_is_checked_and_grpc_is_the_tf2_default(calibration
     # ICPE's model misplaces the uplink's streams: TF 2.x's gRPC sends them in send-ready order.
     assert errors["grpc"]["uplink"]["median"] < 0.5 * errors["http2"]["uplink"]["median"]
     assert errors["grpc"]["uplink"]["median"] < 0.05
+
+
+def test_a_connection_bound_direction_gets_the_links_rate_and_a_cap(data_dir, tmp_path):
+    """docs/calibration.md §4.9, on the bundled TF2 run over loopback: its tensors moved below
+    what iperf3 moved (the gradients at a tenth), so B is iperf3's and the busy rate caps each
+    connection, with no token bucket; CLUSTER.json carries the caps to the model."""
+    calibration = calibrate_run(data_dir / "captures" / "tiny_tf2pss")
+    busy, iperf3 = calibration.busy_rate_Bps, calibration.iperf3_bandwidth_Bps
+    assert busy["uplink"] < 0.1 * iperf3["uplink"] and busy["downlink"] < iperf3["downlink"]
+    assert calibration.bandwidth_source == "capture"
+    assert calibration.bandwidth_Bps == iperf3
+    assert calibration.connection_cap_Bps == busy
+    assert calibration.token_bucket == {}
+    path = tmp_path / "CLUSTER.json"
+    path.write_text(json.dumps(calibration.to_cluster_json()))
+    cluster = load_cluster(path)
+    assert (cluster.connection_cap_downlink_Bps, cluster.connection_cap_uplink_Bps) == (busy["downlink"],
+                                                                                      busy["uplink"])
+    # the one-worker check replays each connection as the run had it: the traced step within 5%
+    assert abs(calibration.placement_check["relative_error_of_one_worker_step"][calibration.placement]) < 0.05
+
+
+def test_a_busy_rate_above_iperf3s_stays_the_links_peak():
+    rates, caps = connection_bound({"downlink": 130e6, "uplink": 60e6}, {"downlink": 120e6, "uplink": 118e6})
+    assert rates == {"downlink": 130e6, "uplink": 118e6} and caps == {"uplink": 60e6}
+    assert connection_bound({"downlink": 60e6}, {"downlink": 118e6}, fraction=0.5) == ({"downlink": 60e6}, {})
+
+
+def test_a_bad_connection_cap_in_cluster_json_is_named(data_dir, tmp_path):
+    document = json.loads((data_dir / "clusters" / "lab-1gbit.json").read_text())
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({**document, "connection_cap_Bps": {"uplink": 0}}))
+    with pytest.raises(ClusterFormatError, match=r"connection_cap_Bps\.uplink must be positive"):
+        load_cluster(path)
+    path.write_text(json.dumps({**document, "connection_cap_Bps": [1]}))
+    with pytest.raises(ClusterFormatError, match="connection_cap_Bps must map"):
+        load_cluster(path)

@@ -605,3 +605,35 @@ def test_no_latency_leaves_the_graph_as_it_is_and_bad_latencies_name_the_paramet
     with pytest.raises(UsageError) as err:
         ClusterModel(1e8, 1e8, latency_uplink_s=-1.0)
     assert err.value.source == "latency_uplink_s"
+
+
+# A connection's own rate (docs/model.md §4.8): caps below the links' rates (dyadic, as above),
+# one per direction, on a cluster with every network term.
+CAPPED = dataclasses.replace(RPC, connection_cap_downlink_Bps=2.0 ** 25, connection_cap_uplink_Bps=2.0 ** 23)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_profiles(servers=2), CONFIG_SPACE)
+def test_engine_matches_reference_with_connection_caps(profile, config):
+    assert engine_vs_reference(profile, config, cluster=CAPPED) < 1e-9
+
+
+def test_a_connection_cap_holds_each_worker_not_the_link():
+    # One upload per step, nothing else: a worker alone moves at its cap, not the link's rate,
+    # and two workers each keep their cap while the link has room for both.
+    B, cap, size = 2.0 ** 27, 2.0 ** 24, 2.0 ** 20
+    profile = make_profile([Resource.WORKER, Resource.UPLINK], [-1, 0], [0, size], [[2.0 ** -12, 0.0]],
+                           edges=[(0, 1)])
+    capped = ClusterModel(B, B, connection_cap_uplink_Bps=cap)
+    config = SimConfig(workers=2, transfer=Transfer.FIFO, steps=4, warmup=0, start_offsets_s=(0.0, 0.0),
+                       trace_steps=4)
+    graph = prepare(profile, capped, workers=2)
+    trace = run(graph, capped, config).trace
+    uploads = trace["op"] == int(np.flatnonzero(graph.names == "op1")[0])
+    durations = trace["end_s"][uploads] - trace["start_s"][uploads]
+    assert len(durations) == 8
+    assert durations == pytest.approx(np.full(durations.shape, size / cap), rel=1e-12)
+    # shared at B / 2 each, the same two uploads would have taken half as long as they did
+    assert size / (B / 2) < size / cap
+    with pytest.raises(UsageError, match="connection_cap_uplink_Bps"):
+        ClusterModel(B, B, connection_cap_uplink_Bps=0.0)
