@@ -31,6 +31,10 @@ the measured min..max or within 3% of its mean. Variants:
   rates (calibration.calibrate.connection_bound): a direction whose busy rate is below half of
   iperf3's gets iperf3's B and the busy rate as each connection's cap (docs/model.md §4.8); the
   one-worker correction is fitted again with it. For lab directories calibrated before the cap.
+- ``nocap``: for a lab calibrated with connection caps, the model before them: each capped
+  direction's busy rate as its B, shared, and no cap (the one-worker correction fitted again).
+- ``bufconncap``: ``buffer`` and ``conncap`` together: the model as it is now, for lab
+  directories calibrated before either.
 - ``conncap1``: as ``conncap`` with the fraction 1: every direction whose busy rate is below
   iperf3's gets iperf3's B and the busy rate as each connection's cap.
 
@@ -57,7 +61,7 @@ sys.path.insert(0, str(ROOT))
 
 from calibration.calibrate import CONNECTION_BOUND_FRACTION, connection_bound  # noqa: E402
 from simulate.cluster import Overhead  # noqa: E402
-from simulate.cluster_file import cluster_from_dict, load_cluster  # noqa: E402
+from simulate.cluster_file import load_cluster  # noqa: E402
 from simulate.config import TaskHosts  # noqa: E402
 from simulate.sweep import predict  # noqa: E402
 from simulate.untrace import fit_computation_scale, scale_computation  # noqa: E402
@@ -107,12 +111,29 @@ def with_connection_cap(setting: Path, profile, cluster, hosts: dict, fraction: 
     rates, caps = connection_bound(document["busy_rate_Bps"], document["iperf3_bandwidth_Bps"], fraction)
     if not caps:
         return profile, cluster
-    document.update(bandwidth_Bps=rates, connection_cap_Bps=caps)
-    document["token_bucket"] = {d: b for d, b in (document.get("token_bucket") or {}).items() if d not in caps}
-    changed = cluster_from_dict(document, source=str(setting / "CLUSTER.json"))
+    changed = dataclasses.replace(
+        cluster, downlink_Bps=rates["downlink"], uplink_Bps=rates["uplink"],
+        connection_cap_downlink_Bps=caps.get("downlink", float("inf")),
+        connection_cap_uplink_Bps=caps.get("uplink", float("inf")),
+        bucket_downlink=None if "downlink" in caps else cluster.bucket_downlink,
+        bucket_uplink=None if "uplink" in caps else cluster.bucket_uplink)
     target = untraced_step_s(setting / "profile-run")
     scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
     print(f"{setting.name} conncap: caps {caps}, correction x{scale:.3f}", file=sys.stderr, flush=True)
+    return scale_computation(profile, scale), changed
+
+
+def without_connection_cap(setting: Path, profile, cluster, hosts: dict):
+    """The ``nocap`` variant's profile and cluster (see the module docstring)."""
+    caps = {"downlink": cluster.connection_cap_downlink_Bps, "uplink": cluster.connection_cap_uplink_Bps}
+    if all(cap == float("inf") for cap in caps.values()):
+        return profile, cluster
+    changed = dataclasses.replace(cluster, downlink_Bps=min(cluster.downlink_Bps, caps["downlink"]),
+                                  uplink_Bps=min(cluster.uplink_Bps, caps["uplink"]),
+                                  connection_cap_downlink_Bps=float("inf"), connection_cap_uplink_Bps=float("inf"))
+    target = untraced_step_s(setting / "profile-run")
+    scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
+    print(f"{setting.name} nocap: correction x{scale:.3f}", file=sys.stderr, flush=True)
     return scale_computation(profile, scale), changed
 
 
@@ -150,6 +171,8 @@ VARIANTS = {  # name -> (predict() keyword arguments on top of the lab's, a chan
     "pscpu": ({}, None),  # see with_ps_cpu
     "conncap": ({}, None),  # see with_connection_cap
     "conncap1": ({}, None),
+    "bufconncap": ({}, _lab_buffer),
+    "nocap": ({}, None),
 }
 
 
@@ -175,9 +198,11 @@ def judge(lab: Path, variants: list[str], steps: int, replicas: int) -> pd.DataF
             if variant == "pscpu":
                 used_profile, used_cluster = with_ps_cpu(lab / setting, profile, cluster, float(first["ps_cores"]),
                                                          hosts_of(first))
-            if variant in ("conncap", "conncap1"):
+            if variant == "nocap":
+                used_profile, used_cluster = without_connection_cap(lab / setting, profile, cluster, hosts_of(first))
+            if variant in ("conncap", "conncap1", "bufconncap"):
                 used_profile, used_cluster = with_connection_cap(
-                    lab / setting, profile, cluster, hosts_of(first),
+                    lab / setting, profile, used_cluster, hosts_of(first),
                     **({"fraction": 1.0} if variant == "conncap1" else {}))
             frame = predict(used_profile, used_cluster, workers=workers, transfer="grpc",
                             steps=steps, warmup=min(50, steps // 5), replicas=replicas, servers=servers, jobs=1,

@@ -44,7 +44,7 @@ def overflow_onset_workers(queue_window_bytes: float, buffer_bytes: float) -> in
     """The fewest workers whose connections, each keeping ``queue_window_bytes`` queued at the
     parameter server's port (docs/model.md §4.5), hold more than its ``buffer_bytes``: from
     there the workers' uploads overflow it and lose packets, which the model's lossless links
-    leave out (docs/model.md §10). None without a queue window.
+    leave out (docs/model.md §10). None without a queue window or without a bounded buffer.
 
     Examples
     --------
@@ -53,7 +53,7 @@ def overflow_onset_workers(queue_window_bytes: float, buffer_bytes: float) -> in
     >>> overflow_onset_workers(0.0, 160_804) is None
     True
     """
-    if not queue_window_bytes > 0:
+    if not (queue_window_bytes > 0 and math.isfinite(buffer_bytes)):
         return None
     return int(buffer_bytes // queue_window_bytes) + 1
 

@@ -70,6 +70,7 @@ class Transfer(enum.Enum):
     PRIORITY = "priority"  # flow control off, order enforced: lowest priority number first
     GRPC = "grpc"          # today's gRPC: whole streams in send-ready order, pausing where a window runs out
     PACKET = "packet"      # whole streams in send-ready order over TCP simulated packet by packet (ns-3)
+    AUTO = "auto"          # per W: packet from the W whose uploads overflow the buffer, else the default flow model
 
 
 class Enforcement(enum.Enum):

@@ -399,6 +399,9 @@ def run(graph: SimGraph, cluster: ClusterModel, config: SimConfig) -> SimRun:
     if config.transfer is Transfer.PACKET:
         raise UsageError("transfer", "the flow engine does not run the packet transfer model: "
                                      "simulate.packet_replay does (simulate.predict routes it there)")
+    if config.transfer is Transfer.AUTO:
+        raise UsageError("transfer", "auto is a choice between models, made per configuration by "
+                                     "simulate.predict (simulate.sweep.resolve_auto): run the model it picks")
     # Imported here, not at the top: importing numba takes some 0.2 s, which commands and
     # modules that never simulate need not pay.
     from simulate.kernel import run_kernel

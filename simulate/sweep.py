@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from simulate.cluster import ClusterModel
+from simulate.cluster import ClusterModel, overflow_onset_workers
 from simulate.cluster_file import resolve_cluster
 from simulate.config import (
     MAX_REPLICAS,
@@ -192,6 +192,8 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
     tie_order = _as_member(TieOrder, tie_order, "tie_order")
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
                "stagger": stagger, "max_steps": steps, "enforcement": enforcement, "tie_order": tie_order}
+    if scenario.transfer is Transfer.AUTO:  # a traced run records chunks: the flow model's
+        scenario = resolve_auto(scenario, cluster, options, traced=True)
     _check_scenario(profile, cluster, scenario, options)
     check_events(sweep_op_events(profile, [scenario], options, cluster), f"a traced run of {workers} workers",
                  workers_parameter)
@@ -537,6 +539,38 @@ def check_events(events: int, what: str, parameter: str = "workers") -> None:
                                     "worker counts, steps or orders")
 
 
+def resolve_auto(scenario: Scenario, cluster: ClusterModel, options: dict, *, traced: bool = False) -> Scenario:
+    """The transfer model ``auto`` picks for one configuration (docs/model.md §12, "Auto").
+
+    From the fewest workers whose connections, each keeping the calibrated queue window at the
+    parameter server's port, overflow the link's buffer (:func:`~simulate.cluster.overflow_onset_workers`
+    of the uplink, as the lab's ``overflow_expected``), the packet model, which has the losses
+    that follow; below it, or without a bounded buffer and a queue window, the cluster's
+    default flow model, which is the better one there. Where the packet model cannot run the
+    configuration (W above 64, sharing other than ps, all-reduce, a shared host, stragglers,
+    a traced run, ns-3 not installed), the flow model too. The scenario keeps its policy
+    (``auto``), so a table's rows say which model each W ran in their ``transfer`` column.
+
+    Examples
+    --------
+    >>> from simulate.cluster import ClusterModel
+    >>> cluster = ClusterModel(1.25e7, 1.25e7, queue_window_uplink_bytes=65_160, buffer_uplink_bytes=160_804)
+    >>> auto = Scenario(2, None, Mode.ASYNC, Sharing.PS, Transfer.AUTO, "auto")
+    >>> resolve_auto(auto, cluster, {}).transfer.value
+    'http2'
+    """
+    flow = dataclasses.replace(scenario, transfer=Transfer(cluster.default_transfer))
+    onset = overflow_onset_workers(cluster.queue_window_uplink_bytes, cluster.buffer_uplink_bytes)
+    if traced or onset is None or scenario.workers < onset:
+        return flow
+    packet = dataclasses.replace(scenario, transfer=Transfer.PACKET)
+    try:
+        check_packet_scenario(packet, options)
+    except UsageError:
+        return flow
+    return packet
+
+
 def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> None:
     """Everything about one configuration that would otherwise fail in a worker process."""
     if scenario.transfer is Transfer.PACKET:
@@ -671,6 +705,7 @@ def plan_sweep(
                "worker_speed": worker_speed, "replicas": int(replicas),
                "enforcement": _as_member(Enforcement, enforcement, "enforcement"),
                "tie_order": _as_member(TieOrder, tie_order, "tie_order"), "network": network}
+    scenarios = [resolve_auto(sc, cluster, options) if sc.transfer is Transfer.AUTO else sc for sc in scenarios]
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
         key = (scenario.workers, scenario.servers, scenario.sharing, scenario.transfer, scenario.policy)

@@ -29,8 +29,9 @@ from tfprofile.dag import OpGraph, Profile, Resource, VariableTable, csr_from_ed
 # terms added in another order) tie exactly in float as in Fraction. With decimal constants
 # such a tie is a near-tie, which either implementation may break either way, and then the
 # runs diverge (docs/model.md §7.2) for reasons that say nothing about either implementation.
-# The transfer models the flow engine runs (packet is ns-3's, tests/test_packet.py).
-FLOW_TRANSFERS = [transfer for transfer in Transfer if transfer is not Transfer.PACKET]
+# The transfer models the flow engine runs (packet is ns-3's, tests/test_packet.py; auto picks
+# one of the others per configuration).
+FLOW_TRANSFERS = [transfer for transfer in Transfer if transfer not in (Transfer.PACKET, Transfer.AUTO)]
 CLUSTER = ClusterModel(2.0 ** 27, 2.0 ** 26, win_bytes=300_000, overhead_downlink=Overhead(2.0 ** -29, 2.0 ** -13),
                        overhead_uplink=Overhead(2.0 ** -30, 2.0 ** -14),
                        # grpc: windows smaller than many streams, raised once, so that streams pause,

@@ -145,21 +145,31 @@ def test_results_md_gives_the_packet_model_where_a_setting_asked_for_it(tmp_path
 
     from tfsim.lab.validate import RESULT_COLUMNS, TIMELINE_COLUMNS, packet_columns, write_results
 
-    def row(workers, packet):
+    def row(workers, packet, overflow=False):
         values = dict.fromkeys(RESULT_COLUMNS, 1.0)
         values.update(setting="s", api="tf1", model="tiny", transport="queue 5 ms", hosts="quota", window="default",
                       workers=workers, measured_runs_eps="100", inside_grpc=True, ranges_overlap_grpc=True,
                       predict_replicas=5, loaded_runs=0, measured_eps=100.0, measured_min_eps=95.0,
                       measured_max_eps=102.0, predicted_grpc_eps=90.0, error_grpc=-0.1,
                       **dict.fromkeys(TIMELINE_COLUMNS, math.nan),
-                      **packet_columns(packet, {"mean": 100.0, "min": 95.0, "max": 102.0}))
+                      overflow_expected=overflow,
+                      **packet_columns(packet, {"mean": 100.0, "min": 95.0, "max": 102.0}, grpc_eps=90.0,
+                                       overflow_expected=overflow))
         return values
 
-    assert packet_columns(102.5, {"mean": 100.0, "min": 95.0, "max": 102.0})["inside_packet"] is True  # within 3%
-    assert packet_columns(110.0, {"mean": 100.0, "min": 95.0, "max": 102.0})["inside_packet"] is False
-    write_results([row(1, 104.0), row(2, None)], tmp_path, preset="quick", elapsed_s=1.0)
+    stats = {"mean": 100.0, "min": 95.0, "max": 102.0}
+    assert packet_columns(102.5, stats, grpc_eps=90.0, overflow_expected=False)["inside_packet"] is True  # within 3%
+    assert packet_columns(110.0, stats, grpc_eps=90.0, overflow_expected=False)["inside_packet"] is False
+    # auto: grpc's prediction until an overflow is expected, the packet model's from there
+    assert packet_columns(104.0, stats, grpc_eps=90.0, overflow_expected=False)["predicted_auto_eps"] == 90.0
+    assert packet_columns(104.0, stats, grpc_eps=90.0, overflow_expected=True)["error_auto"] == pytest.approx(0.04)
+    write_results([row(1, 104.0), row(2, None), row(3, 101.0, overflow=True)], tmp_path, preset="quick",
+                  elapsed_s=1.0)
     text = (tmp_path / "results.md").read_text()
-    assert "bars (packet model, 1 points): mean |error| 4.0% (met); max 4.0% (met); inside the measured range " \
-           "or within 3% of its mean: 0% (missed)" in text
-    assert "| s | 1 | 100.00 | 95.00..102.00 | 104.00 | +4.0% | no | -10.0% |" in text
+    assert "bars (packet model, 2 points): mean |error| 2.5% (met); max 4.0% (met); inside the measured range " \
+           "or within 3% of its mean: 50% (missed)" in text
+    assert "bars (auto: packet where an overflow is expected, 2 points): mean |error| 5.5% (missed); max 10.0% " \
+           "(met); inside the measured range or within 3% of its mean: 50% (missed)" in text
+    assert "| s | 1 | 100.00 | 95.00..102.00 | 104.00 | +4.0% | no | -10.0% | no | -10.0% |" in text
+    assert "| s | 3 | 100.00 | 95.00..102.00 | 101.00 | +1.0% | yes | -10.0% | yes | +1.0% |" in text
     assert "| s | 2 |" not in text.split("## The packet transfer model")[1].split("##")[0]

@@ -48,7 +48,10 @@ def register(sub) -> None:
                         "random (five seeded permutations, random#0..random#4) or the NAME of a --priorities file; "
                         "packet (whole streams in send-ready order over TCP connections simulated packet by packet "
                         "by ns-3: drops, retransmissions and timeouts included, up to 64 workers, seconds per "
-                        "configuration; pip install 'tfsim[packet]') "
+                        "configuration; pip install 'tfsim[packet]'); auto (per W: packet from the W whose "
+                        "uploads, a calibrated queue window each, overflow the link's buffer (calibrated or "
+                        "--buffer), the cluster's default below it or where packet cannot run; the transfer column "
+                        "says which ran) "
                         "(default: the cluster's default_transfer, grpc for clusters calibrated from TF 2.x "
                         "captures; http2 without a calibration)")
     p.add_argument("--packet-cc", choices=("reno", "cubic", "bbr"), default="reno",

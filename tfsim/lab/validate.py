@@ -230,7 +230,8 @@ PREDICT_REPLICAS = 5
 # The packet model's steps per prediction: a replay costs seconds per worker, and the lab's
 # measured runs hold 16-60 steps (one seed: its drops and timeouts vary within a run, not across seeds).
 PACKET_STEPS = 120
-PACKET_COLUMNS = ("predicted_packet_eps", "error_packet", "inside_packet")
+PACKET_COLUMNS = ("predicted_packet_eps", "error_packet", "inside_packet", "predicted_auto_eps", "error_auto",
+                  "inside_auto")
 RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "window", "transport", "hosts",
                   "ps_cores", "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
@@ -527,8 +528,9 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                for m in TRANSFER_MODELS},
             **(timeline_point(setting, out_dir, w, profile, cluster, hosts, progress=progress) if setting.timeline
                else dict.fromkeys(TIMELINE_COLUMNS, math.nan)),
-            **packet_columns(packet.get(w), stats),
         })
+        rows[-1].update(packet_columns(packet.get(w), stats, grpc_eps=predicted["grpc"],
+                                       overflow_expected=rows[-1]["overflow_expected"]))
     return rows
 
 
@@ -540,13 +542,20 @@ def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int |
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
-def packet_columns(predicted: float | None, stats: dict) -> dict:
-    """results.csv's packet columns for one point (NaN where the setting did not ask for them)."""
+def packet_columns(predicted: float | None, stats: dict, *, grpc_eps: float, overflow_expected: bool) -> dict:
+    """results.csv's packet columns for one point (NaN where the setting did not ask for them),
+    and ``auto``'s: the packet model's prediction where an overflow is expected, grpc's
+    elsewhere (what ``--transfer auto`` picks, docs/model.md §12, "Auto")."""
     if predicted is None:
-        return {"predicted_packet_eps": math.nan, "error_packet": math.nan, "inside_packet": math.nan}
+        return dict.fromkeys(PACKET_COLUMNS, math.nan)
+    auto = predicted if overflow_expected else grpc_eps
+    return {**_scored("packet", predicted, stats), **_scored("auto", auto, stats)}
+
+
+def _scored(model: str, predicted: float, stats: dict) -> dict:
     error = predicted / stats["mean"] - 1
-    return {"predicted_packet_eps": predicted, "error_packet": error,
-            "inside_packet": bool(stats["min"] <= predicted <= stats["max"] or abs(error) <= CLOSE_ENOUGH)}
+    return {f"predicted_{model}_eps": predicted, f"error_{model}": error,
+            f"inside_{model}": bool(stats["min"] <= predicted <= stats["max"] or abs(error) <= CLOSE_ENOUGH)}
 
 
 def machine_text() -> str:
@@ -568,16 +577,20 @@ def _met(ok: bool) -> str:
 
 
 def _packet_bar_line(frame) -> list[str]:
-    """The bars for the packet transfer model, over the points it predicted (none: no line)."""
+    """The bars for the packet transfer model and for ``auto``, over the points the packet model
+    predicted (none: no lines)."""
     packet = frame[frame["predicted_packet_eps"].notna()]
     if packet.empty:
         return []
-    errors = packet["error_packet"].abs()
-    share = float(packet["inside_packet"].astype(bool).mean())
-    return [f"bars (packet model, {len(packet)} points): mean |error| {errors.mean() * 100:.1f}% "
-            f"({_met(errors.mean() <= MEAN_ERROR_BAR)}); max {errors.max() * 100:.1f}% "
-            f"({_met(errors.max() <= MAX_ERROR_BAR)}); inside the measured range or within {CLOSE_ENOUGH:.0%} of "
-            f"its mean: {share:.0%} ({_met(share >= INSIDE_SHARE_BAR)})"]
+    lines = []
+    for model, label in (("packet", "packet model"), ("auto", "auto: packet where an overflow is expected")):
+        errors = packet[f"error_{model}"].abs()
+        share = float(packet[f"inside_{model}"].astype(bool).mean())
+        lines.append(f"bars ({label}, {len(packet)} points): mean |error| {errors.mean() * 100:.1f}% "
+                     f"({_met(errors.mean() <= MEAN_ERROR_BAR)}); max {errors.max() * 100:.1f}% "
+                     f"({_met(errors.max() <= MAX_ERROR_BAR)}); inside the measured range or within "
+                     f"{CLOSE_ENOUGH:.0%} of its mean: {share:.0%} ({_met(share >= INSIDE_SHARE_BAR)})")
+    return lines
 
 
 def _packet_lines(frame) -> list[str]:
@@ -587,12 +600,14 @@ def _packet_lines(frame) -> list[str]:
         return []
     lines = ["", "## The packet transfer model", "",
              f"ns-3's TCP under the same DAG (docs/model.md §12), {PACKET_STEPS} steps per worker, one seed:", "",
-             "| setting | W | measured (ex/s) | range | packet | error | inside | grpc error |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| setting | W | measured (ex/s) | range | packet | error | inside | grpc error | overflow expected "
+             "| auto error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for _, r in packet.iterrows():
         lines.append(f"| {r['setting']} | {r['workers']} | {r['measured_eps']:.2f} | {r['measured_min_eps']:.2f}.."
                      f"{r['measured_max_eps']:.2f} | {r['predicted_packet_eps']:.2f} | {r['error_packet'] * 100:+.1f}% "
-                     f"| {'yes' if r['inside_packet'] else 'no'} | {r['error_grpc'] * 100:+.1f}% |")
+                     f"| {'yes' if r['inside_packet'] else 'no'} | {r['error_grpc'] * 100:+.1f}% "
+                     f"| {'yes' if r['overflow_expected'] else 'no'} | {r['error_auto'] * 100:+.1f}% |")
     return lines
 
 
