@@ -423,6 +423,18 @@ class ClusterModel:
         return dataclasses.replace(self, buffer_downlink_bytes=buffer_bytes, buffer_uplink_bytes=buffer_bytes)
 
     @property
+    def connection_caps_Bps(self) -> dict[str, float]:
+        """The directions whose connections have a cap (docs/model.md §4.8), and the cap.
+
+        Examples
+        --------
+        >>> ClusterModel(125e6, 125e6, connection_cap_uplink_Bps=32e6).connection_caps_Bps
+        {'uplink': 32000000.0}
+        """
+        caps = {"downlink": self.connection_cap_downlink_Bps, "uplink": self.connection_cap_uplink_Bps}
+        return {direction: cap for direction, cap in caps.items() if math.isfinite(cap)}
+
+    @property
     def window_round_trip_s(self) -> float:
         """What the what-if latency adds to a grpc window update's delay: the data reaches the
         receiver one way later and its WINDOW_UPDATE comes back the other way."""

@@ -15,6 +15,7 @@ from simulate.config import SimConfig, Transfer
 from simulate.engine import run
 from simulate.prepare import prepare
 from tfbase.errors import InputError
+from tfbase.units import format_rate
 from tfsim.cli import main
 
 SHAPED = {"wide_1gbit": 1e9, "wide_100mbit": 1e8, "wide_1gbit_smallwin": 1e9}
@@ -258,3 +259,14 @@ def test_a_bad_connection_cap_in_cluster_json_is_named(data_dir, tmp_path):
     path.write_text(json.dumps({**document, "connection_cap_Bps": [1]}))
     with pytest.raises(ClusterFormatError, match="connection_cap_Bps must map"):
         load_cluster(path)
+
+
+def test_predict_says_which_connections_are_capped(data_dir, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    status = main(["predict", str(data_dir / "profiles" / "tiny_tf2pss.npz"), "--cluster",
+                   str(data_dir / "clusters" / "tiny_tf2pss_lo.json"), "--workers", "1", "--steps", "20",
+                   "--warmup", "2", "--no-progress", "--json", str(out)])
+    assert status == 0
+    cluster = load_cluster(data_dir / "clusters" / "tiny_tf2pss_lo.json")
+    assert f"each uplink connection at most {format_rate(cluster.connection_cap_uplink_Bps)}" in capsys.readouterr().out
+    assert json.loads(out.read_text())["cluster"]["connection_cap_Bps"] == cluster.connection_caps_Bps

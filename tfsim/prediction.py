@@ -50,6 +50,8 @@ def prediction_document(frame, *, profile_path, cluster, extra: dict | None = No
         "cluster": {"source": cluster.source, "calibrated": cluster.calibrated,
                     "bandwidth_Bps": {"downlink": cluster.downlink_Bps, "uplink": cluster.uplink_Bps},
                     "win_bytes": None if math.isinf(cluster.win_bytes) else cluster.win_bytes,
+                    # only with a connection cap (docs/model.md §4.8), as the latency below
+                    **({"connection_cap_Bps": cluster.connection_caps_Bps} if cluster.connection_caps_Bps else {}),
                     # only with a what-if latency, so that a prediction without one reads as before
                     **({"latency_s": {"downlink": cluster.latency_downlink_s, "uplink": cluster.latency_uplink_s}}
                        if cluster.latency_downlink_s or cluster.latency_uplink_s else {})},

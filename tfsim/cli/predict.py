@@ -199,8 +199,10 @@ def run(args) -> int:
         frame = sweep.run(jobs=args.jobs or default_jobs(), progress=not args.no_progress, **run_options)
         model = profile.meta.get("model") or Path(args.profile).stem
         out = console.out
+        caps = "".join(f", each {direction} connection at most {format_rate(cap)}"
+                       for direction, cap in cluster.connection_caps_Bps.items())
         print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
-              f"uplink {format_rate(cluster.uplink_Bps)}, {args.mode} SGD ({args.steps} steps per worker, "
+              f"uplink {format_rate(cluster.uplink_Bps)}{caps}, {args.mode} SGD ({args.steps} steps per worker, "
               f"first {args.warmup} dropped; * = saturation point)", file=out)
         enforcement, tie_order = Enforcement(args.enforcement), TieOrder(args.tie_order)
         settings = prediction_settings(enforcement, tie_order)

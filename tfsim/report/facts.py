@@ -38,6 +38,7 @@ def cluster_facts(cluster, cluster_path: Path | None, bandwidth_text: str | None
         "source": cluster.source, "calibrated": cluster.calibrated,
         "what_if_bandwidth": bandwidth_text if cluster_path is not None else None,
         "bandwidth_Bps": {"downlink": cluster.downlink_Bps, "uplink": cluster.uplink_Bps},
+        "connection_cap_Bps": cluster.connection_caps_Bps,
         "win_bytes": _finite(cluster.win_bytes),
         "overhead_placement": cluster.overhead_placement.value,
         "latency_s": {"downlink": cluster.latency_downlink_s, "uplink": cluster.latency_uplink_s},

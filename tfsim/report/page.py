@@ -75,6 +75,12 @@ def _cards(numbers: dict) -> str:
         f'<div class="note">{esc(note)}</div></div>' for label, value, note in cards) + "</div>"
 
 
+def _cap_text(cluster: dict, direction: str) -> str:
+    """A connection cap's words after the direction's bandwidth (docs/model.md §4.8); none: ''."""
+    cap = (cluster.get("connection_cap_Bps") or {}).get(direction)
+    return "" if cap is None else f" (each connection at most {esc(format_rate(cap))})"
+
+
 def _cluster_section(cluster: dict, figures: dict) -> str:
     parts = ["<h2>1. The cluster</h2>"]
     if cluster["calibrated"]:
@@ -104,7 +110,8 @@ def _cluster_section(cluster: dict, figures: dict) -> str:
         win = windows.get(d, cluster["win_bytes"])
         rows.append([
             "PS → worker" if d == "downlink" else "worker → PS",
-            esc(format_rate(cluster["bandwidth_Bps"][d])), num(cluster["bandwidth_Bps"][d], ",.1f", 1e-6),
+            esc(format_rate(cluster["bandwidth_Bps"][d])) + _cap_text(cluster, d),
+            num(cluster["bandwidth_Bps"][d], ",.1f", 1e-6),
             (f"{esc(format_rate(s['min']))} – {esc(format_rate(s['max']))} ({s.get('runs')} runs)"
              if s.get("min") is not None else "–"),
             "unlimited" if win is None else num(win, ",.1f", 1 / 2 ** 20),
