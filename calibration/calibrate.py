@@ -87,6 +87,7 @@ MIN_STREAM_BYTES = 100_000
 MIN_BUSY_BYTES = 4 * MIN_STREAM_BYTES
 MAX_IPERF_BYTES = 64 * 2**20
 MIN_BUFFER_BYTES = 1500  # one full-size packet: a queue that cannot hold one drops everything
+FLIGHT_PERCENTILES = (50, 90, 99)  # of the busiest connection's bytes in flight, kept in CLUSTER.json
 # A busy rate below this fraction of iperf3's is not the link's: iperf3's bulk flow showed the
 # link carry more, so the job's connection (its end's CPU, its windows) held it back, and every
 # worker's connection will be so held (docs/calibration.md §4.9). A connection that the link
@@ -138,6 +139,7 @@ class Calibration:
     iperf3_bandwidth_Bps: dict = dataclasses.field(default_factory=dict)
     token_bucket: dict = dataclasses.field(default_factory=dict)
     queue_window_bytes: dict = dataclasses.field(default_factory=dict)
+    bytes_in_flight: dict = dataclasses.field(default_factory=dict)  # the queue window's distribution (§4.5)
     rpc: dict = dataclasses.field(default_factory=dict)
     capture_loss: dict = dataclasses.field(default_factory=dict)
     kernel_drops: int | None = None
@@ -175,6 +177,7 @@ class Calibration:
             "flow_control": self.flow_control,
             "token_bucket": self.token_bucket,
             "queue_window_bytes": self.queue_window_bytes,
+            **({"bytes_in_flight": self.bytes_in_flight} if self.bytes_in_flight else {}),
             **({"rpc": self.rpc} if self.rpc else {}),
             **({"link_ceiling": self.link_ceiling} if self.link_ceiling else {}),
             **({"buffer_bytes": self.buffer_bytes} if self.buffer_bytes else {}),
@@ -236,19 +239,26 @@ def _link_ceiling(link: Link, iperf: dict[str, IperfSummary], busy: dict,
     return check_ceiling(link, max(sizes, default=None), rates, capture, allow)
 
 
-def _queue_window(capture_path: Path, run) -> dict:
+def _queue_window(capture_path: Path, run) -> tuple[dict, dict]:
     """The bytes a busy connection keeps queued in the network (docs/model.md §4.5), per
     direction: the median bytes in flight of the worker's busiest sending connection (its
     gradients), seen at the worker's interface (:mod:`netcapture.inflight`). The downlink's
     sender, the PS, is not where the capture is; both directions take the uplink's (one TCP
-    stack and one congestion control on both hosts). Empty when the worker sent nothing."""
+    stack and one congestion control on both hosts). Empty when the worker sent nothing.
+
+    Also the distribution of that connection's bytes in flight (``bytes_in_flight`` in
+    CLUSTER.json, docs/calibration.md §4.5): a buffer overflows on the peaks, not on the median."""
     workers = [endpoint.ip for endpoint, task in run_tasks(run).items() if task == "worker0"]
     if not workers:
-        return {}
+        return {}, {}
     flights = [f for f in bytes_in_flight(capture_path, workers[0]) if len(f.samples_bytes)]
     if not flights:
-        return {}
-    return dict.fromkeys(DIRECTIONS, max(flights, key=lambda f: f.payload_bytes).median_bytes)
+        return {}, {}
+    busiest = max(flights, key=lambda f: f.payload_bytes)
+    percentiles = {f"p{q}": float(np.percentile(busiest.samples_bytes, q)) for q in FLIGHT_PERCENTILES}
+    distribution = {"samples": len(busiest.samples_bytes), "percentiles_bytes": percentiles,
+                    "max_bytes": float(busiest.samples_bytes.max())}
+    return dict.fromkeys(DIRECTIONS, busiest.median_bytes), distribution
 
 
 RUNGRAPH_PATH = "/tensorflow.WorkerService/RunGraph"
@@ -680,7 +690,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
     rpc = _rpc_chain(run, capture, match)
-    queue_window = _queue_window(captures[0], run)
+    queue_window, flight = _queue_window(captures[0], run)
     fits, pooled = _overhead(samples)
     busy_steps = _busy_steps(samples, incomplete, empty_ends_span=run_api(run.run) != TF2_PSS_API)
     busy = _busy_rate(busy_steps)
@@ -719,7 +729,8 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
             tensorflow=_tensorflow_version(run.run), capture_notes=tuple(notes),
             capture_loss={d: loss.to_json() for d, loss in losses.items()},
             kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
-            token_bucket=bucket, queue_window_bytes=queue_window, rpc=rpc, link_ceiling=ceiling,
+            token_bucket=bucket, queue_window_bytes=queue_window, bytes_in_flight=flight, rpc=rpc,
+            link_ceiling=ceiling,
             buffer_bytes=buffers, ps_cpu=ps_cpu, connection_cap_Bps=caps,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())

@@ -129,6 +129,10 @@ def test_the_network_terms_are_calibrated_and_read_back(calibrations, name, tmp_
         assert 0 < bucket["bucket_bytes"] < 30e6  # below a step's bytes
     window = document["queue_window_bytes"]
     assert window["downlink"] == window["uplink"] and 1_000 < window["uplink"] < 4e6
+    flight = document["bytes_in_flight"]  # the window is its median; the peaks are above it
+    assert flight["percentiles_bytes"]["p50"] == window["uplink"]
+    assert window["uplink"] <= flight["percentiles_bytes"]["p90"] <= flight["percentiles_bytes"]["p99"] \
+        <= flight["max_bytes"] and flight["samples"] > 100
     rpc = document["rpc"]
     assert rpc["steps"] >= 3  # traced steps whose RunGraph was captured
     assert all(0 <= rpc[key] < 0.05 for key in ("rungraph_s", "worker_requests_s", "ps_requests_s", "response_s"))
