@@ -85,6 +85,15 @@ def ps_cpu_per_step_s(setting: Path) -> float:
     return float(np.polyfit(steps, usage, 1)[0])
 
 
+def refitted(setting: Path, profile, changed, hosts: dict, what: str):
+    """``profile`` with the one-worker correction fitted again for the ``changed`` cluster (the
+    lab's rule: the mean untraced step of the profiling run), and ``changed``."""
+    target = untraced_step_s(setting / "profile-run")
+    scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
+    print(f"{setting.name} {what}; correction x{scale:.3f}", file=sys.stderr, flush=True)
+    return scale_computation(profile, scale), changed
+
+
 def with_ps_cpu(setting: Path, profile, cluster, quota: float, hosts: dict):
     """The ``pscpu`` variant's profile and cluster (see the module docstring)."""
     graph = profile.graph
@@ -95,12 +104,8 @@ def with_ps_cpu(setting: Path, profile, cluster, quota: float, hosts: dict):
     up = cluster.overhead_uplink
     changed = dataclasses.replace(cluster, overhead_uplink=Overhead(up.alpha_s_per_byte + extra_wall_s / up_bytes,
                                                                     up.beta_s))
-    target = untraced_step_s(setting / "profile-run")
-    scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
-    print(f"{setting.name} pscpu: PS CPU {ps_cpu_s * 1e3:.2f} ms per worker-step, ops "
-          f"{ops_cpu_s * 1e3:.2f} ms: {extra_wall_s * 1e3:.1f} ms more on the PS host per step; "
-          f"correction x{scale:.3f}", file=sys.stderr, flush=True)
-    return scale_computation(profile, scale), changed
+    return refitted(setting, profile, changed, hosts, f"pscpu: PS CPU {ps_cpu_s * 1e3:.2f} ms per worker-step, "
+                    f"ops {ops_cpu_s * 1e3:.2f} ms: {extra_wall_s * 1e3:.1f} ms more on the PS host per step")
 
 
 def with_connection_cap(setting: Path, profile, cluster, hosts: dict, fraction: float = CONNECTION_BOUND_FRACTION):
@@ -117,10 +122,7 @@ def with_connection_cap(setting: Path, profile, cluster, hosts: dict, fraction: 
         connection_cap_uplink_Bps=caps.get("uplink", float("inf")),
         bucket_downlink=None if "downlink" in caps else cluster.bucket_downlink,
         bucket_uplink=None if "uplink" in caps else cluster.bucket_uplink)
-    target = untraced_step_s(setting / "profile-run")
-    scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
-    print(f"{setting.name} conncap: caps {caps}, correction x{scale:.3f}", file=sys.stderr, flush=True)
-    return scale_computation(profile, scale), changed
+    return refitted(setting, profile, changed, hosts, f"conncap: caps {caps}")
 
 
 def without_connection_cap(setting: Path, profile, cluster, hosts: dict):
@@ -131,10 +133,7 @@ def without_connection_cap(setting: Path, profile, cluster, hosts: dict):
     changed = dataclasses.replace(cluster, downlink_Bps=min(cluster.downlink_Bps, caps["downlink"]),
                                   uplink_Bps=min(cluster.uplink_Bps, caps["uplink"]),
                                   connection_cap_downlink_Bps=float("inf"), connection_cap_uplink_Bps=float("inf"))
-    target = untraced_step_s(setting / "profile-run")
-    scale = fit_computation_scale(profile, changed, target, statistic="mean", steps=400, warmup=50, **hosts)
-    print(f"{setting.name} nocap: correction x{scale:.3f}", file=sys.stderr, flush=True)
-    return scale_computation(profile, scale), changed
+    return refitted(setting, profile, changed, hosts, "nocap")
 
 
 def _no_queue_window(cluster, row):
