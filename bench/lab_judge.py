@@ -127,11 +127,11 @@ def with_connection_cap(setting: Path, profile, cluster, hosts: dict, fraction: 
 
 def without_connection_cap(setting: Path, profile, cluster, hosts: dict):
     """The ``nocap`` variant's profile and cluster (see the module docstring)."""
-    caps = {"downlink": cluster.connection_cap_downlink_Bps, "uplink": cluster.connection_cap_uplink_Bps}
-    if all(cap == float("inf") for cap in caps.values()):
+    caps = cluster.connection_caps_Bps
+    if not caps:
         return profile, cluster
-    changed = dataclasses.replace(cluster, downlink_Bps=min(cluster.downlink_Bps, caps["downlink"]),
-                                  uplink_Bps=min(cluster.uplink_Bps, caps["uplink"]),
+    changed = dataclasses.replace(cluster, downlink_Bps=min(cluster.downlink_Bps, caps.get("downlink", float("inf"))),
+                                  uplink_Bps=min(cluster.uplink_Bps, caps.get("uplink", float("inf"))),
                                   connection_cap_downlink_Bps=float("inf"), connection_cap_uplink_Bps=float("inf"))
     return refitted(setting, profile, changed, hosts, "nocap")
 

@@ -44,11 +44,14 @@ _state = {"stopping": False, "deferring": 0, "pending": None, "unraisable_hook":
           "redeliver": None, "alarm_handler": signal.SIG_DFL, "received": None}
 
 
+def stop_exception(signum: int) -> KeyboardInterrupt | Terminated:
+    """The exception a stop signal becomes: KeyboardInterrupt for SIGINT, else Terminated."""
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
 def _raise_for(signum: int) -> None:
     _state["received"] = signum
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise Terminated(signum)
+    raise stop_exception(signum)
 
 
 def _swallowed(hook_args) -> None:

@@ -18,13 +18,12 @@ outputs staged so far are removed (:mod:`tfbase.signals`, :mod:`simulate.workers
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import warnings
 from collections.abc import Sequence
 
 from tfbase.errors import InputError, Terminated, TfsimError, TfsimWarning
-from tfbase.signals import received_stop_signal, stop_on_signals
+from tfbase.signals import received_stop_signal, stop_exception, stop_on_signals
 from tfsim import __version__
 from tfsim.cli import calibrate, collect, compare, demo, lab, order, plan, predict, profile, report
 from tfsim.cli.console import console
@@ -146,7 +145,7 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
                 if signum is None:
                     raise
                 # Compiled code replaced the signal's exception with its own error on the way out.
-                return _stopped(KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum))
+                return _stopped(stop_exception(signum))
     finally:
         warnings.showwarning = default_showwarning
 
