@@ -68,6 +68,9 @@ def test_quick_preset_end_to_end(tmp_path):
         assert set(run["tasks"]) == {"ps0", *(f"w{k}" for k in range(int(row["workers"])))}
         assert all(t["usage_s"] > 0 for t in run["tasks"].values())
         assert run["load"]["outside_cores"] >= 0 and run["quotas"]["ps_cores"] == pytest.approx(float(row["ps_cores"]))
+        # Each task was forked from the lab's fork server (tests/test_fork_server.py: into its host's cgroup).
+        record = json.loads((tmp_path / "tiny-100mbit" / f"measure-w{row['workers']}-r1" / "run.json").read_text())
+        assert record["launch"] == "fork-server"
         for model in ("grpc", "http2", "fifo"):  # the lab reports today's gRPC model beside ICPE's
             predicted = float(row[f"predicted_{model}_eps"])
             assert predicted > 0

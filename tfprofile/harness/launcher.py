@@ -46,6 +46,7 @@ from tfprofile.harness.capture import (
     require_tools,
     stop_running_captures,
 )
+from tfprofile.harness.fork_server import ForkServers
 from tfprofile.harness.task_common import PROGRESS_PREFIX
 from tfprofile.harness.taskcpu import TASK_CPU_FILE, TaskCpuSampler
 
@@ -180,6 +181,14 @@ class _Task:
     index: int
     process: subprocess.Popen
     log_path: Path
+    pid_file: Path | None = None  # where a fork server's client writes the task's own pid
+
+    def cpu_pid(self) -> int:
+        """The pid whose threads do the task's work: the process started, or its forked stand-in."""
+        if self.pid_file is not None:
+            with contextlib.suppress(OSError, ValueError):
+                return int(self.pid_file.read_text())
+        return self.process.pid
 
     @property
     def label(self) -> str:
@@ -238,6 +247,7 @@ def collect(
     capture_interface: str = "lo",
     on_event: Callable[[dict], None] | None = None,
     run_record: dict | None = None,
+    fork_servers: ForkServers | None = None,
 ) -> Path:
     """Run the job described by ``config``; return the completed run directory.
 
@@ -246,7 +256,9 @@ def collect(
     network namespaces; by default every task listens on 127.0.0.1. ``task_wrappers`` (one
     argv per task, before its prefix) wrap the TensorFlow tasks only, not the measuring tools
     (the lab's CPU quota: ``python -m tfsim.lab.cgexec ...``). ``run_record``: more keys for
-    ``run.json`` (the lab's ``link``).
+    ``run.json`` (the lab's ``link``). ``fork_servers``: start each task as a child of a
+    process that has already imported TensorFlow (:mod:`tfprofile.harness.fork_server`; the
+    lab, which starts many runs), recorded as run.json ``launch: fork-server``.
 
     With ``config.capture``, iperf3 first measures the link from the chief worker's host to
     PS 0's host (both directions, raw results in ``iperf3/``; ``iperf_repeats = 0`` skips it),
@@ -315,6 +327,7 @@ def collect(
     project_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [project_root, env.get("PYTHONPATH", "")]))
 
+    server = fork_servers.for_environment(env) if fork_servers is not None else None
     tasks: list[_Task] = []
     started = time.monotonic()
     bar = None
@@ -337,17 +350,20 @@ def collect(
                 del spec["graph_dump_dir"]  # worker 0's partition graphs are the profile's; the coordinator reads them
             spec_path.write_text(json.dumps(spec, indent=2))
             log_path = partial / "logs" / f"{role}{index}.log"
+            pid_file = partial / "logs" / f"{role}{index}.pid" if server is not None else None
+            command = (_task_command(spec_path, prefixes[k]) if server is None else
+                       [*prefixes[k], *server.task_command([str(spec_path)], pid_file)])
             # The task whose progress lines drive the bar: TF1's chief worker, or TF2's coordinator.
             chief = role == "coordinator" if pss else role == "worker" and index == 0
             with open(log_path, "w") as log:
                 proc = subprocess.Popen(
-                    [*wrappers[k], *_task_command(spec_path, prefixes[k])], env=env, stdin=subprocess.DEVNULL,
+                    [*wrappers[k], *command], env=env, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if chief else log, stderr=log, text=True,
                     preexec_fn=_die_with_parent,
                 )
-            tasks.append(_Task(role, index, proc, log_path))
+            tasks.append(_Task(role, index, proc, log_path, pid_file))
         chief_task = next(t for t in tasks if (t.role == "coordinator" if pss else t.role == "worker" and t.index == 0))
-        cpu = TaskCpuSampler({t.label: t.process.pid for t in tasks})
+        cpu: TaskCpuSampler | None = None  # made at the first reading: a forked task's pid is known by then
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines,
                                                    chief_task.log_path.with_suffix(".progress")), daemon=True).start()
@@ -373,6 +389,7 @@ def collect(
                     if event["step"] in (config.warmup_steps + 1, total):
                         # Twice only, around the measured steps: a reading at every step slowed
                         # the tasks' steps by 7% on the lab (tfprofile/harness/taskcpu.py).
+                        cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
                         cpu.sample(event["step"])
                     first_step_seen = True
                     if bar is not None:
@@ -419,9 +436,11 @@ def collect(
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
                               "host": "ps0" if config.capture_site is CaptureSite.PS else "worker0",
                               "filter": capture_filter(ports), **counts}
+        cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
         (partial / TASK_CPU_FILE).write_text(cpu.csv_text(), encoding="utf-8")
+        launch = {"launch": "fork-server"} if server is not None else {}
         _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record,
-                        {**(run_record or {}), "task_cpu": cpu.record()})
+                        {**(run_record or {}), "task_cpu": cpu.record(), **launch})
         if out.exists():
             shutil.rmtree(out)
         os.replace(partial, out)

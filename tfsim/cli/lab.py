@@ -100,6 +100,9 @@ def register(sub) -> None:
                         "needs the packet extra; minutes per setting) and publish its error beside grpc's")
     p.add_argument("--repeat", type=positive_int, default=3,
                    help="measurements per point, each on a fresh cluster (default: 3)")
+    p.add_argument("--no-fork-server", action="store_true",
+                   help="start every task from nothing, importing TensorFlow under its host's quota (seconds "
+                        "per task), instead of forking it from a process that has imported TensorFlow once")
     p.add_argument("--no-rerun", action="store_true",
                    help="keep a run during which outside load exceeded 0.1 core (it is flagged either way)")
     p.add_argument("--only", default="", metavar="NAMES", help="comma-separated settings to run")
@@ -203,6 +206,6 @@ def run(args) -> int:
 
     label, settings = settings_of(args)
     rows = run_lab(settings, args.out, label=label, progress=not args.no_progress, repeat=args.repeat,
-                   rerun_loaded=not args.no_rerun)
+                   rerun_loaded=not args.no_rerun, fork_server=not args.no_fork_server)
     print((args.out / "results.md").read_text())
     return 0 if rows else 2

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from tfbase.load import LoadMeter, LoadSample
+from tfprofile.harness.fork_server import ForkServers
 from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
 from tfsim.lab.cgroups import CpuStats, LabCgroups
 from tfsim.lab.cpu_trace import CpuTrace
@@ -61,7 +62,7 @@ class LabRun:
 
 def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.0, progress: bool = True,
                    overwrite: bool = False, quotas: HostQuotas | None = None,
-                   transport: Transport | None = None) -> LabRun:
+                   transport: Transport | None = None, fork_servers: ForkServers | None = None) -> LabRun:
     """Build a cluster with one namespace and one cgroup per task and ``rate_bit`` links, run the
     job there, tear both down; return the :class:`LabRun`. ``transport``: the links' queue and
     TCP's settings (:class:`~tfsim.lab.netns.Transport`). With ``config.capture`` the capture
@@ -69,7 +70,9 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
     outside the tasks' cgroups: they are the measuring instruments, not the job). A tf2-pss
     job's coordinator is one more host (:data:`COORDINATOR_HOST`), with a link and a quota of
     its own, as a real job's coordinator runs on a machine of its own. ``run.json``
-    records the links' shaper (``link``), which calibration holds measured rates to."""
+    records the links' shaper (``link``), which calibration holds measured rates to.
+    ``fork_servers``: the tasks are forked from a process that has imported TensorFlow
+    (:mod:`tfprofile.harness.fork_server`); its CPU counts as the lab's, not as outside load."""
     quotas = quotas or HostQuotas()
     transport = transport or Transport()
     names = host_names(config.ps_tasks, config.workers, coordinator=config.api is TrainingApi.TF2_PSS)
@@ -77,12 +80,15 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
             EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms, transport=transport) as cluster:
         groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]
         hosts = [cluster.hosts[n] for n in names]
-        with LoadMeter(lambda: sum(g.stats().usage_s for g in groups)) as meter, CpuTrace(groups) as trace:
+        def lab_cpu_s() -> float:
+            return sum(g.stats().usage_s for g in groups) + (fork_servers.cpu_s() if fork_servers else 0.0)
+
+        with LoadMeter(lab_cpu_s) as meter, CpuTrace(groups) as trace:
             out = collect(config, progress=progress, overwrite=overwrite, hosts=[h.address for h in hosts],
                           command_prefixes=[h.exec_prefix() for h in hosts],
                           task_wrappers=[g.wrapper() for g in groups], capture_interface="eth0",
                           run_record={"link": Shaper.of(rate_bit).link_record(
-                              transport.buffer_bytes(rate_bit))})
+                              transport.buffer_bytes(rate_bit))}, fork_servers=fork_servers)
         tasks = {g.name: g.stats() for g in groups}
         links = {n: read_host_counters(cluster.hosts[n].namespace, cluster.bridge_namespace, cluster.port_of(n))
                  for n in names}

@@ -23,6 +23,7 @@ few cores; the model needs one op at a time per task).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -49,6 +50,7 @@ from tfbase.fileio import atomic_output, json_ready, read_input, write_json, wri
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
 from tfbase.units import format_rate, parse_rate
+from tfprofile.harness.fork_server import ForkServers
 from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi
 from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
@@ -250,7 +252,7 @@ def _say(message: str) -> None:
 
 
 def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool,
-             capture_site: CaptureSite = CaptureSite.CHIEF_WORKER) -> LabRun:
+             capture_site: CaptureSite = CaptureSite.CHIEF_WORKER, fork_servers: ForkServers | None = None) -> LabRun:
     profiling = capture and capture_site is CaptureSite.CHIEF_WORKER
     # A tf2-pss coordinator hands the steps to whichever worker is free: W workers run about
     # ``steps`` each when it schedules W x ``steps``.
@@ -269,7 +271,7 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
         iperf_seconds=2.0, timeout_s=1800.0,
     )
     return collect_in_lab(config, setting.rate_bit, progress=progress, overwrite=True, quotas=setting.quotas(),
-                          transport=setting.transport())
+                          transport=setting.transport(), fork_servers=fork_servers)
 
 
 def untraced_step_s(run_dir: Path) -> float | None:
@@ -323,7 +325,7 @@ def simulated_hosts(setting: LabSetting) -> dict:
 
 
 def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: int, rerun_loaded: bool,
-                  progress: bool) -> dict:
+                  progress: bool, fork_servers: ForkServers | None = None) -> dict:
     """Measure the real job ``repeat`` times with ``workers`` workers, each on a fresh cluster;
     a run during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load
     the lab did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
@@ -333,7 +335,7 @@ def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: i
         for attempt in range(2 if rerun_loaded else 1):
             measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
             lab_run = _collect(setting, measure_dir, workers=workers, steps=setting.measure_steps, capture=False,
-                               progress=progress)
+                               progress=progress, fork_servers=fork_servers)
             if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
                 break
             reruns += 1
@@ -398,7 +400,7 @@ def transport_summary(lab_run: LabRun, run_dir: Path) -> dict:
 
 
 def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cluster, hosts: dict, *,
-                   progress: bool) -> dict:
+                   progress: bool, fork_servers: ForkServers | None = None) -> dict:
     """One more run with ``workers`` workers, captured at the PS, laid beside the simulation of
     the same W (:func:`tfsim.lab.timeline_view.timeline_view`). Writes ``timeline-w<W>.png``
     (a few steps, measured above simulated) and, in the run's directory, ``timeline.json``
@@ -411,7 +413,8 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
 
     _say(f"[{setting.name}] W = {workers}: one more run, captured at the PS, for the timeline view")
     run_dir = _collect(setting, out_dir / f"timeline-w{workers}", workers=workers, steps=setting.measure_steps,
-                       capture=True, capture_site=CaptureSite.PS, progress=progress).run_dir
+                       capture=True, capture_site=CaptureSite.PS, progress=progress,
+                       fork_servers=fork_servers).run_dir
     view = timeline_view(run_dir, profile, cluster, rate_Bps=setting.rate_bit / 8, **hosts)
     summary = view.summary()
     write_json(run_dir / "timeline.json", json_ready({
@@ -437,14 +440,15 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
 
 
 def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, predict_steps: int = 400,
-                repeat: int = 3, rerun_loaded: bool = True) -> list[dict]:
-    """Profile, calibrate, predict and measure one setting; return its result rows."""
+                repeat: int = 3, rerun_loaded: bool = True, fork_servers: ForkServers | None = None) -> list[dict]:
+    """Profile, calibrate, predict and measure one setting; return its result rows. With
+    ``fork_servers`` every task is forked from a process that has imported TensorFlow."""
 
     out_dir.mkdir(parents=True, exist_ok=True)
     _say(f"[{setting.name}] profiling with {setting.profiled_ps} PS and 1 worker (capture + iperf3; "
          f"{setting.hosts_text()}; {setting.transport().describe()})")
     run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profile_steps, capture=True,
-                       progress=progress).run_dir
+                       progress=progress, fork_servers=fork_servers).run_dir
     # A rate above what the link can carry is recorded (CLUSTER.json link_ceiling) and said, not
     # fatal: the setting's runs are already measured.
     calibration = calibrate_run(run_dir, allow_above_ceiling=True)
@@ -490,7 +494,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     rows = []
     for w in setting.workers:
         _say(f"[{setting.name}] measuring the real job with {w} worker(s), {repeat} time(s)")
-        point = measure_point(setting, out_dir, w, repeat=repeat, rerun_loaded=rerun_loaded, progress=progress)
+        point = measure_point(setting, out_dir, w, repeat=repeat, rerun_loaded=rerun_loaded, progress=progress,
+                              fork_servers=fork_servers)
         stats = point["stats"]
         rows_w = {p: frame[(frame["workers"] == w) & (frame["policy"] == p)].iloc[0] for p in TRANSFER_MODELS}
         predicted = {p: float(row["throughput_eps"]) for p, row in rows_w.items()}
@@ -526,7 +531,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             **overflow_columns(setting, cluster, w),
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
                for m in TRANSFER_MODELS},
-            **(timeline_point(setting, out_dir, w, profile, cluster, hosts, progress=progress) if setting.timeline
+            **(timeline_point(setting, out_dir, w, profile, cluster, hosts, progress=progress,
+                              fork_servers=fork_servers) if setting.timeline
                else dict.fromkeys(TIMELINE_COLUMNS, math.nan)),
         })
         rows[-1].update(packet_columns(packet.get(w), stats, grpc_eps=predicted["grpc"],
@@ -802,8 +808,12 @@ def task_environment() -> dict[str, str]:
 
 
 def run_lab(settings: Sequence[LabSetting], out_dir: Path, *, label: str, progress: bool = True, repeat: int = 3,
-            rerun_loaded: bool = True) -> list[dict]:
-    """Run ``settings`` one after the other; results are rewritten after each setting."""
+            rerun_loaded: bool = True, fork_server: bool = True) -> list[dict]:
+    """Run ``settings`` one after the other; results are rewritten after each setting.
+
+    ``fork_server``: fork every task from a process that has imported TensorFlow once per task
+    environment (:mod:`tfprofile.harness.fork_server`) instead of starting it from nothing: each
+    run skips its tasks' import, seconds of CPU each under their hosts' quotas."""
     require_lab_tools()
     if not 1 <= repeat <= MAX_REPEAT:
         raise UsageError("repeat", f"must be between 1 and {MAX_REPEAT}, not {repeat}")
@@ -816,10 +826,11 @@ def run_lab(settings: Sequence[LabSetting], out_dir: Path, *, label: str, progre
     os.environ["PYTHONPATH"] = task_environment()["PYTHONPATH"]
     started = time.monotonic()
     rows: list[dict] = []
-    for setting in settings:
-        rows.extend(run_setting(setting, out_dir / setting.name, progress=progress, repeat=repeat,
-                                rerun_loaded=rerun_loaded))
-        write_results(rows, out_dir, preset=label, elapsed_s=time.monotonic() - started)
+    with ForkServers() if fork_server else contextlib.nullcontext() as fork_servers:
+        for setting in settings:
+            rows.extend(run_setting(setting, out_dir / setting.name, progress=progress, repeat=repeat,
+                                    rerun_loaded=rerun_loaded, fork_servers=fork_servers))
+            write_results(rows, out_dir, preset=label, elapsed_s=time.monotonic() - started)
     return rows
 
 
