@@ -166,6 +166,22 @@ def blocked_stop_signals() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when its parent ends (``PR_SET_PDEATHSIG``); with
+    ``parent_pid``, also end now if that parent has already gone (before the call took effect)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def own_session_dying_with_parent() -> None:
+    """A ``preexec_fn``: the child leads a session (and process group) of its own, which can be
+    stopped as one, and dies with the process that started it."""
+    os.setsid()
+    die_with_parent()
+
+
 def child_process_setup(parent_pid: int) -> None:
     """In a freshly forked worker: ignore SIGINT, default SIGTERM/SIGHUP, die with the parent;
     then unblock the stop signals (a fork under :func:`blocked_stop_signals` keeps them blocked)."""
@@ -174,7 +190,4 @@ def child_process_setup(parent_pid: int) -> None:
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     _state.update(stopping=False, deferring=0, pending=None)
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before the line above took effect
-        os._exit(1)
+    die_with_parent(parent_pid)

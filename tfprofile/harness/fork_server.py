@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib
 import json
 import os
@@ -44,6 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tfbase.errors import CollectError
+from tfbase.signals import die_with_parent, own_session_dying_with_parent
 from tfprofile.harness.taskcpu import cpu_seconds
 
 READY_LINE = "ready"
@@ -71,7 +73,7 @@ class ForkServer:
         self._log = open(self._dir / "server.log", "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", __name__, str(self.socket_path), *preload], env=self.env, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self._log, text=True, preexec_fn=_own_group_dying_with_parent)
+            stdout=subprocess.PIPE, stderr=self._log, text=True, preexec_fn=own_session_dying_with_parent)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -161,12 +163,6 @@ class ForkServers:
         self.close()
 
 
-def _own_group_dying_with_parent() -> None:
-    os.setsid()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 # ---------------------------------------------------------------- the server
 
 class _Served:
@@ -175,10 +171,73 @@ class _Served:
     def __init__(self, pid: int, connection: socket.socket) -> None:
         self.pid = pid
         self.connection = connection
-        self.pidfd = os.pidfd_open(pid)
+        self.pidfd = os.pidfd_open(pid)  # readable once the child has ended
 
 
 _START_DIRECTORY = os.getcwd()  # where ``python -m`` started the server: its sys.path[0]
+
+
+class _Server:
+    """The server's loop: one thread (the children are forked from it), one selector whose
+    keys carry the method that handles them."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(socket_path)
+        self.listener.listen(64)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.selector.register(sys.stdin, selectors.EVENT_READ, self._read_stdin)
+        self.served: dict[int, _Served] = {}
+        self.done = False
+
+    def run(self) -> None:
+        print(READY_LINE, flush=True)
+        try:
+            while not self.done:
+                for key, _ in self.selector.select():
+                    key.data()
+        finally:
+            for child in self.served.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.unlink(self.socket_path)
+
+    def _read_stdin(self) -> None:
+        self.done = not sys.stdin.readline()  # the launcher closes it to stop the server
+
+    def _accept(self) -> None:
+        connection, _ = self.listener.accept()
+        open_here = [self.listener, self.selector, *(c.connection for c in self.served.values()),
+                     *(c.pidfd for c in self.served.values())]
+        child = _fork_for(connection, open_here)
+        if child is not None:
+            self.served[child.pid] = child
+            self.selector.register(child.pidfd, selectors.EVENT_READ, functools.partial(self._ended, child))
+            self.selector.register(connection, selectors.EVENT_READ, functools.partial(self._client_spoke, child))
+
+    def _client_spoke(self, child: _Served) -> None:
+        """The client sends nothing after its request: readable now means it has gone, and
+        its task goes with it."""
+        with contextlib.suppress(OSError):
+            if child.connection.recv(1):
+                return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+        self.selector.unregister(child.connection)
+
+    def _ended(self, child: _Served) -> None:
+        _, status = os.waitpid(child.pid, 0)
+        with contextlib.suppress(OSError):
+            child.connection.sendall(json.dumps({"status": status}).encode() + b"\n")
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(child.connection)
+        self.selector.unregister(child.pidfd)
+        child.connection.close()
+        os.close(child.pidfd)
+        del self.served[child.pid]
 
 
 def serve(socket_path: str, preload: tuple[str, ...] = PRELOADED) -> int:
@@ -186,61 +245,13 @@ def serve(socket_path: str, preload: tuple[str, ...] = PRELOADED) -> int:
     standard input closes; return the exit status."""
     for module in preload:
         importlib.import_module(module)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
-    listener.listen(64)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, "accept")
-    selector.register(sys.stdin, selectors.EVENT_READ, "stdin")
-    served: dict[int, _Served] = {}
-    print(READY_LINE, flush=True)
-    try:
-        while True:
-            for key, _ in selector.select():
-                if key.data == "stdin":
-                    if not sys.stdin.readline():
-                        return 0
-                elif key.data == "accept":
-                    connection, _ = listener.accept()
-                    child = _fork_for(connection, [listener, selector, *(s.connection for s in served.values()),
-                                                   *(s.pidfd for s in served.values())])
-                    if child is not None:
-                        served[child.pid] = child
-                        selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child.pid))
-                        selector.register(connection, selectors.EVENT_READ, ("client", child.pid))
-                else:
-                    kind, pid = key.data
-                    child = served.get(pid)
-                    if child is None:
-                        continue
-                    if kind == "client":
-                        # The client only ever sends its request: anything readable now is its end.
-                        with contextlib.suppress(OSError):
-                            if child.connection.recv(1):
-                                continue
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
-                        selector.unregister(child.connection)
-                        continue
-                    _, status = os.waitpid(pid, 0)
-                    with contextlib.suppress(OSError):
-                        child.connection.sendall(json.dumps({"status": status}).encode() + b"\n")
-                    with contextlib.suppress(KeyError, ValueError):
-                        selector.unregister(child.connection)
-                    selector.unregister(child.pidfd)
-                    child.connection.close()
-                    os.close(child.pidfd)
-                    del served[pid]
-    finally:
-        for child in served.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.unlink(socket_path)
+    _Server(socket_path).run()
+    return 0
 
 
 def _fork_for(connection: socket.socket, server_files: list) -> _Served | None:
     """Read one request from ``connection``, fork its child; None if the request is unusable."""
+    fds: list[int] = []
     try:
         request, fds, _, _ = socket.recv_fds(connection, REQUEST_LIMIT_BYTES, STANDARD_STREAMS)
         peer_pid, _, _ = _PEERCRED.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
@@ -250,12 +261,15 @@ def _fork_for(connection: socket.socket, server_files: list) -> _Served | None:
         if len(fds) != STANDARD_STREAMS or not all(isinstance(a, str) for a in [module, *argv]):
             raise ValueError("a request names a module, its arguments and carries three standard streams")
     except (OSError, ValueError, KeyError, TypeError) as err:
+        for fd in fds:
+            os.close(fd)
         with contextlib.suppress(OSError):
             connection.sendall(json.dumps({"error": str(err)}).encode() + b"\n")
         connection.close()
         return None
     sys.stdout.flush()
     sys.stderr.flush()
+    server_pid = os.getpid()
     try:
         pid = os.fork()
     except OSError as err:
@@ -266,19 +280,23 @@ def _fork_for(connection: socket.socket, server_files: list) -> _Served | None:
         connection.close()
         return None
     if pid == 0:
-        _run_child(peer_pid, fds, module, argv, [connection, *server_files])
+        _run_child(peer_pid, server_pid, fds, module, argv, [connection, *server_files])
     for fd in fds:
         os.close(fd)
     connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")
     return _Served(pid, connection)
 
 
-def _run_child(peer_pid: int, fds: list[int], module: str, argv: list[str], server_files: list) -> None:
+def _run_child(peer_pid: int, server_pid: int, fds: list[int], module: str, argv: list[str],
+               server_files: list) -> None:
     """In the forked child: become the task the client at ``peer_pid`` would have been, and
     run ``module``'s ``main(argv)``; never returns."""
     code = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's handler is not the task's
+        # The server kills a child whose client has gone; if the server itself is killed, its
+        # children must go with it.
+        die_with_parent(server_pid)
         for item in server_files:
             with contextlib.suppress(OSError, ValueError):
                 item.close() if hasattr(item, "close") else os.close(item)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import ctypes
 import dataclasses
 import enum
 import errno
@@ -37,6 +36,7 @@ from pathlib import Path
 from tfbase.errors import CollectError, UsageError
 from tfbase.fileio import write_json
 from tfbase.machine import machine_description
+from tfbase.signals import own_session_dying_with_parent
 from tfprofile.harness.capture import (
     Tcpdump,
     capture_filter,
@@ -166,13 +166,6 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in sockets:
             s.close()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: own process group, and SIGKILL when the launcher dies."""
-    os.setsid()
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @dataclasses.dataclass
@@ -359,7 +352,7 @@ def collect(
                 proc = subprocess.Popen(
                     [*wrappers[k], *command], env=env, stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE if chief else log, stderr=log, text=True,
-                    preexec_fn=_die_with_parent,
+                    preexec_fn=own_session_dying_with_parent,
                 )
             tasks.append(_Task(role, index, proc, log_path, pid_file))
         chief_task = next(t for t in tasks if (t.role == "coordinator" if pss else t.role == "worker" and t.index == 0))

@@ -39,11 +39,11 @@ from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
 from tfbase.load import LoadMeter, reaped_children_s
+from tfbase.signals import own_session_dying_with_parent
 from tfprofile.harness.capture import IperfServer, stop_running_captures
 from tfprofile.harness.capture_site import CaptureDuty, pss_capture_duty
 from tfprofile.harness.launcher import (
     CollectConfig,
-    _die_with_parent,
     _finish_run_dir,
     _read_lines,
     _Task,
@@ -150,7 +150,7 @@ def _start(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) 
     log_path = work / "logs" / f"{spec['role']}{role.task.index}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(_task_command(spec_path, []), env=_task_env(config), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
+                                stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=own_session_dying_with_parent)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
     return _Task(spec["role"], role.task.index, proc, log_path), lines

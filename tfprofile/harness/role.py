@@ -41,6 +41,7 @@ from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
 from tfbase.load import LoadMeter, LoadSample, reaped_children_s
+from tfbase.signals import own_session_dying_with_parent
 from tfprofile.harness.capture import (
     IperfServer,
     Tcpdump,
@@ -65,7 +66,6 @@ from tfprofile.harness.launcher import (
     INCOMPLETE_SUFFIX,
     CollectConfig,
     TrainingApi,
-    _die_with_parent,
     _finish_run_dir,
     _read_lines,
     _Task,
@@ -147,7 +147,7 @@ def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: P
     log_path = work / "logs" / f"{label}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(_task_command(spec_path, []), env=_task_env(config), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
+                                stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=own_session_dying_with_parent)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True).start()
     return _Task(role.task.role, role.task.index, proc, log_path), lines
