@@ -302,12 +302,12 @@ def test_a_many_ps_setting_can_be_profiled_with_one_ps(tmp_path, monkeypatch):
 
 
 def test_the_matrix_preset_is_the_published_matrix():
-    """``tfsim lab --preset matrix`` runs what bench/results/lab-2026-11-26-matrix published."""
+    """``tfsim lab --preset matrix`` runs what bench/results/lab-2026-11-27-matrix published."""
     from pathlib import Path
 
     from tfsim.lab.validate import PRESETS
 
-    published = Path(__file__).parent.parent / "bench" / "results" / "lab-2026-11-26-matrix" / "matrix.toml"
+    published = Path(__file__).parent.parent / "bench" / "results" / "lab-2026-11-27-matrix" / "matrix.toml"
     assert tuple(read_settings(published)) == PRESETS["matrix"]
     assert {s.model for s in PRESETS["matrix"]} == {"tiny", "recommender", "convnet", "wide_mlp"}
     assert all(s.workers == (1, 2, 3, 4, 5, 6) for s in PRESETS["matrix"])

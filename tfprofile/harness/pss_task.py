@@ -35,6 +35,7 @@ are the workers' own, not the coordinator's.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gzip
 import json
 import os
@@ -52,16 +53,26 @@ from tfprofile.harness.task_common import emit_progress, load_model_fn, step_tim
 STEP_FUNCTION = "tfsim_train_step"
 # The partition graphs as they run: after the post-partitioning passes (oneDNN's rewrites included).
 FINAL_PARTITION_STAGE = "after_partition_passes"
-# What a worker's command line says of its index (the launcher starts it with its logs/workerI.spec.json).
-WORKER_SPEC_PATTERN = r"(?s)^.*worker([0-9]+)\.spec\.json.*$"
+# A server task names its process after itself (``/proc/self/comm``, at most 15 bytes): the
+# dataset function reads a worker's index there. Not the command line: a task forked from the
+# lab's fork server keeps the server's.
+WORKER_NAME_PATTERN = r"(?s)^tfsim-worker([0-9]+)\s*$"
+_PR_SET_NAME = 15
 # Time the profiler servers take to start a trace once asked (measured here: well under this).
 TRACE_START_S = 0.5
 # How long a failed coordinator tries to tell the servers' hosts that it stopped.
 RELEASE_WAIT_S = 10.0
 
 
+def _name_this_process(name: str) -> None:
+    """Set the process's name (``/proc/self/comm``: the main thread's, which this runs on)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
+
+
 def run_server(spec: dict) -> int:
     """A PS or worker task: profiler server, then the job's server, until stopped."""
+    _name_this_process(f"tfsim-{spec['role']}{spec['task_index']}")
     dump = spec.get("graph_dump_dir")
     if dump:  # read by TensorFlow when it first dumps, so set before the import
         os.environ["TF_DUMP_GRAPH_PREFIX"] = dump
@@ -281,9 +292,9 @@ def _coordinate(tf, spec: dict, strategy, coordinator) -> int:
     def worker_index():
         # The dataset function is traced once for all workers (and an input context's pipeline id
         # is 0 on every worker): the index comes from the process that builds the dataset, the
-        # worker's own, whose command line names its spec file (workerI.spec.json).
-        command = tf.io.read_file("/proc/self/cmdline")
-        task = tf.strings.to_number(tf.strings.regex_replace(command, WORKER_SPEC_PATTERN, r"\1"), tf.int32)
+        # worker's own, which is named after its task (:func:`_name_this_process`).
+        name = tf.io.read_file("/proc/self/comm")
+        task = tf.strings.to_number(tf.strings.regex_replace(name, WORKER_NAME_PATTERN, r"\1"), tf.int32)
         return tf.data.Dataset.from_tensors(task).repeat()
 
     indices = iter(coordinator.create_per_worker_dataset(worker_index))

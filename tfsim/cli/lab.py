@@ -43,7 +43,7 @@ def register(sub) -> None:
     what = p.add_mutually_exclusive_group()
     what.add_argument("--preset", choices=("quick", "matrix"),
                       help="quick: tiny model, W=1..2, a few minutes; matrix: the published matrix, 4 models (tiny, "
-                           "a recommender, a convnet, wide_mlp) x 2 rates x W=1..6, about 75 minutes with 3 "
+                           "a recommender, a convnet, wide_mlp) x 2 rates x W=1..6, about 60 minutes with 3 "
                            "repeats (default: quick, unless --model, --model-fn or --settings)")
     what.add_argument("--settings", type=Path, metavar="FILE.toml",
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "

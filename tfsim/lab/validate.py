@@ -190,11 +190,12 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
         LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=(1, 2), profile_steps=16, measure_steps=16,
                    warmup_steps=2),
     ),
-    # The published matrix (bench/results/lab-2026-11-26-matrix): four models whose steps span
+    # The published matrix (bench/results/lab-2026-11-27-matrix): four models whose steps span
     # computation-bound to link-bound (tiny 0.5 MB per step and direction, the recommender 2.2 MB
     # with its lookups on the PS, convnet 5.4 MB behind 0.3 s of computation, wide_mlp 28 MB),
     # each at two link rates, W = 1..6, every task an equal share of the machine. Measured steps
-    # per run differ by model; with 3 repetitions of every point it took 82 minutes here.
+    # per run differ by model; with 3 repetitions of every point it took 58 minutes here
+    # (bench/results/lab-2026-11-27-matrix; 82 before the fork server).
     "matrix": (
         LabSetting("tiny-100mbit", "tiny", 32, 100_000_000, workers=MATRIX_WORKERS, measure_steps=60),
         LabSetting("tiny-50mbit", "tiny", 32, 50_000_000, workers=MATRIX_WORKERS, measure_steps=40),
