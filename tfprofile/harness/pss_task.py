@@ -74,7 +74,7 @@ def run_server(spec: dict) -> int:
     """A PS or worker task: profiler server, then the job's server, until stopped."""
     _name_this_process(f"tfsim-{spec['role']}{spec['task_index']}")
     dump = spec.get("graph_dump_dir")
-    if dump:  # read by TensorFlow when it first dumps, so set before the import
+    if dump:  # read by TensorFlow when it first dumps (a task forked from the lab's fork server has imported it)
         os.environ["TF_DUMP_GRAPH_PREFIX"] = dump
         os.environ["TF_DUMP_GRAPH_NAME_FILTER"] = STEP_FUNCTION
     import tensorflow as tf
