@@ -30,6 +30,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -173,6 +174,17 @@ def die_with_parent(parent_pid: int | None = None) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if parent_pid is not None and os.getppid() != parent_pid:
         os._exit(1)
+
+
+def wait_or_kill_group(process: subprocess.Popen, grace_s: float) -> None:
+    """Wait up to ``grace_s`` for ``process`` (asked to end by the caller) to exit, then SIGKILL
+    its process group (a session leader's: :func:`own_session_dying_with_parent`) and reap it."""
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def own_session_dying_with_parent() -> None:

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tfbase.errors import CollectError
-from tfbase.signals import die_with_parent, own_session_dying_with_parent
+from tfbase.signals import die_with_parent, own_session_dying_with_parent, wait_or_kill_group
 from tfprofile.harness.taskcpu import cpu_seconds
 
 READY_LINE = "ready"
@@ -114,13 +114,8 @@ class ForkServer:
     def close(self) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(OSError):
-                self.process.stdin.close()
-            try:
-                self.process.wait(_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+                self.process.stdin.close()  # the server's signal to stop
+            wait_or_kill_group(self.process, _STOP_GRACE_S)
         with contextlib.suppress(OSError):
             self.process.stdout.close()
         self._log.close()

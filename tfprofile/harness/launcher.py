@@ -36,7 +36,7 @@ from pathlib import Path
 from tfbase.errors import CollectError, UsageError
 from tfbase.fileio import write_json
 from tfbase.machine import machine_description
-from tfbase.signals import own_session_dying_with_parent
+from tfbase.signals import own_session_dying_with_parent, wait_or_kill_group
 from tfprofile.harness.capture import (
     Tcpdump,
     capture_filter,
@@ -192,12 +192,7 @@ class _Task:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        wait_or_kill_group(self.process, grace_s)
 
     def last_error_line(self) -> str:
         """The most telling line of the task's log: a Python or TF error, else its last line."""
