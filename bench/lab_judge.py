@@ -28,9 +28,10 @@ the measured min..max or within 3% of its mean. Variants:
   the uplink bytes; the one-worker correction is fitted again with it. A study of whether the PS
   host's capacity explains the error, not a calibration a user could run.
 - ``conncap``: the cluster as calibration now reads a capture-sourced CLUSTER.json's busy
-  rates (calibration.calibrate.connection_bound): a direction whose busy rate is below half of
-  iperf3's gets iperf3's B and the busy rate as each connection's cap (docs/model.md §4.8); the
-  one-worker correction is fitted again with it. For lab directories calibrated before the cap.
+  rates (calibration.calibrate.connection_bound): a direction whose busy rate is below
+  CONNECTION_BOUND_FRACTION (0.9) of iperf3's gets iperf3's B and the busy rate as each
+  connection's cap (docs/model.md §4.8); the one-worker correction is fitted again with it. For
+  lab directories calibrated before the cap.
 - ``nocap``: for a lab calibrated with connection caps, the model before them: each capped
   direction's busy rate as its B, shared, and no cap (the one-worker correction fitted again).
 - ``bufconncap``: ``buffer`` and ``conncap`` together: the model as it is now, for lab

@@ -33,6 +33,7 @@ import json
 import os
 import random
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -119,10 +120,7 @@ class ForkServer:
         with contextlib.suppress(OSError):
             self.process.stdout.close()
         self._log.close()
-        for name in ("socket", "server.log"):
-            (self._dir / name).unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            self._dir.rmdir()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> ForkServer:
         return self
