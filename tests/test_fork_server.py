@@ -147,3 +147,19 @@ def test_a_forked_task_joins_the_clients_cgroup_and_network_namespace(server, tm
         assert seen["net"] != os.readlink("/proc/self/ns/net")
         places = [line.split(":", 2)[2] for line in seen["cgroup"].splitlines()]
         assert any(place.endswith(group.paths[0].name) for place in places)
+
+
+def test_a_killed_launchers_server_directory_is_removed_by_the_next_lab(tmp_path, monkeypatch):
+    from tfprofile.harness import fork_server
+
+    live = tmp_path / f"{fork_server.DIRECTORY_PREFIX}{os.getpid()}-abc"
+    dead = tmp_path / f"{fork_server.DIRECTORY_PREFIX}999999999-def"
+    for directory in (live, dead):
+        directory.mkdir()
+        (directory / "server.log").write_text("log")
+    assert fork_server.remove_stale_directories(tmp_path) == [dead]
+    assert live.exists() and not dead.exists()
+    monkeypatch.setattr(fork_server.tempfile, "tempdir", str(tmp_path))
+    live.rename(dead)
+    with fork_server.ForkServers():  # a lab starting removes what a killed one left
+        assert not dead.exists()

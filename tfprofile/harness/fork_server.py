@@ -50,6 +50,7 @@ from tfbase.signals import die_with_parent, own_session_dying_with_parent, wait_
 from tfprofile.harness.taskcpu import cpu_seconds
 
 READY_LINE = "ready"
+DIRECTORY_PREFIX = "tfsim-fork-"  # then the launcher's pid: tfsim-fork-<pid>-<random>
 CLIENT_MODULE = "tfprofile.harness.fork_client"
 REQUEST_LIMIT_BYTES = 1 << 16  # a request is a JSON line naming a spec file: far below this
 STANDARD_STREAMS = 3
@@ -69,7 +70,9 @@ class ForkServer:
 
     def __init__(self, env: Mapping[str, str], preload: tuple[str, ...] = PRELOADED) -> None:
         self.env = dict(env)
-        self._dir = Path(tempfile.mkdtemp(prefix="tfsim-fork-"))  # private (0700): only root's tasks connect
+        # Private (0700): only root's tasks connect. Named after this process, so that a later lab
+        # can remove it if this one is killed outright (:func:`remove_stale_directories`).
+        self._dir = Path(tempfile.mkdtemp(prefix=f"{DIRECTORY_PREFIX}{os.getpid()}-"))
         self.socket_path = self._dir / "socket"
         self._log = open(self._dir / "server.log", "w")
         self.process = subprocess.Popen(
@@ -129,10 +132,31 @@ class ForkServer:
         self.close()
 
 
+def remove_stale_directories(root: Path | None = None) -> list[Path]:
+    """Remove the directories (socket, log) of fork servers whose launcher is gone: a lab
+    killed outright (SIGKILL) takes its server with it but cannot remove them. Returns them.
+
+    Examples
+    --------
+    >>> stale = Path(tempfile.mkdtemp()) / f"{DIRECTORY_PREFIX}999999999-x"
+    >>> stale.mkdir()
+    >>> remove_stale_directories(stale.parent) == [stale] and not stale.exists()
+    True
+    """
+    removed = []
+    for directory in sorted((root or Path(tempfile.gettempdir())).glob(f"{DIRECTORY_PREFIX}*-*")):
+        owner = directory.name[len(DIRECTORY_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            removed.append(directory)
+    return removed
+
+
 class ForkServers:
     """Fork servers started on demand, one per task environment, all stopped on exit."""
 
     def __init__(self) -> None:
+        remove_stale_directories()
         self._servers: dict[tuple, ForkServer] = {}
 
     def for_environment(self, env: Mapping[str, str]) -> ForkServer:

@@ -194,11 +194,13 @@ def transport_options(args) -> dict:
 
 def run(args) -> int:
     if args.cleanup:
+        from tfprofile.harness.fork_server import remove_stale_directories
         from tfsim.lab.cgroups import cleanup_cgroups
         from tfsim.lab.netns import cleanup, require_lab_tools
 
         require_lab_tools()
         removed, groups = cleanup(), cleanup_cgroups()
+        remove_stale_directories()  # a killed lab's fork server directories: nothing running, said nowhere
         print(f"removed {len(removed)} namespace(s)" + (": " + ", ".join(removed) if removed else ""))
         print(f"removed {len(groups)} cgroup(s)" + (": " + ", ".join(groups) if groups else ""))
         return 0
