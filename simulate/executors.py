@@ -5,13 +5,16 @@ seed, so where it runs does not change its row. :class:`LocalExecutor` runs them
 machine's :class:`~simulate.workers.WorkerPool`; :class:`DaskExecutor` hands them to the
 scheduler of a running Dask ``distributed`` cluster (``dask://HOST:PORT``), whose workers need
 tfsim and its dependencies installed (the ``dask`` extra: ``pip install 'tfsim[dask]'``).
-docs/architecture.md says why Dask rather than Ray.
+Any object with the same two methods, ``map`` and ``check`` (:class:`Executor`), can be given
+instead: ``bench/executor_compare.py`` runs sweeps on Ray through one. docs/architecture.md says
+why the CLI offers Dask rather than Ray.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 from tfbase.errors import UsageError
 
@@ -84,12 +87,26 @@ class DaskExecutor:
                                          f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
 
 
-Executor = LocalExecutor | DaskExecutor
+@runtime_checkable
+class Executor(Protocol):
+    """What a sweep needs of the place its configurations run.
+
+    ``map(fn, shared, items, jobs=..., on_result=...)`` returns ``[fn(shared, item) for item in
+    items]`` in order, calling ``on_result(index, result)`` in the caller's process as each
+    result arrives; ``check()`` raises :class:`~tfbase.errors.UsageError` naming ``executor``
+    when the place cannot be reached. ``fn`` and its arguments are picklable.
+    """
+
+    def map(self, fn: Callable, shared, items: Sequence, *, jobs: int, on_result: Callable | None = None) -> list:
+        ...
+
+    def check(self) -> None:
+        ...
 
 
 def parse_executor(text: str | Executor | None) -> Executor:
     """``None`` or ``"local"``: this machine; ``"dask://HOST:PORT"``: a Dask scheduler; an
-    executor is returned as it is.
+    executor (any :class:`Executor`) is returned as it is.
 
     Examples
     --------
@@ -98,7 +115,7 @@ def parse_executor(text: str | Executor | None) -> Executor:
     >>> parse_executor(None)
     LocalExecutor()
     """
-    if isinstance(text, (LocalExecutor, DaskExecutor)):
+    if isinstance(text, Executor):
         return text
     if text is None or text == "local":
         return LocalExecutor()

@@ -44,6 +44,42 @@ def test_a_sweep_on_dask_equals_the_local_run(scheduler, tmp_path, capsys):
 
 
 
+class InProcessExecutor:
+    """An executor of the user's own (simulate.executors.Executor): every configuration in this
+    process, in reverse order, to show the rows do not depend on the order results arrive in."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def check(self):
+        pass
+
+    def map(self, fn, shared, items, *, jobs, on_result=None):
+        results = [None] * len(items)
+        for k in reversed(range(len(items))):
+            results[k] = fn(shared, items[k])
+            self.calls += 1
+            if on_result is not None:
+                on_result(k, results[k])
+        return results
+
+
+def test_a_sweep_through_an_executor_of_ones_own_equals_the_local_run():
+    profile = tfprofile.load_profile(TINY)
+    options = dict(workers="1-3", transfer=["grpc", "fifo"], steps=60, warmup=10, seed=2)
+    executor = InProcessExecutor()
+    assert parse_executor(executor) is executor
+    own = simulate.predict(profile, CLUSTER, **options, executor=executor)
+    assert executor.calls == 6
+    assert own.equals(simulate.predict(profile, CLUSTER, **options, jobs=2))
+
+
+def test_an_object_without_map_is_not_an_executor():
+    with pytest.raises(UsageError, match="executor"):
+        parse_executor(object())
+
+
+
 
 def _tree(directory):
     """Every file under ``directory`` by its relative path, with its bytes."""
