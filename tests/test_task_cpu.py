@@ -15,7 +15,7 @@ from calibration.pscpu import ps_cpu_record
 from simulate.cluster import ClusterModel, PsCpu
 from simulate.cluster_file import ClusterFormatError, cluster_from_dict
 from tfbase.errors import InputError, UsageError
-from tfprofile.harness.taskcpu import TASK_CPU_FILE, TaskCpuSampler, cpu_limit, cpu_seconds, quota_cores
+from tfprofile.harness.taskcpu import TASK_CPU_FILE, TaskCpuSampler, cpu_limit, cpu_reading, cpu_seconds, quota_cores
 
 
 def _fake_process(proc, pid: int, cgroup_lines: list[str]) -> None:
@@ -55,22 +55,28 @@ def test_a_tasks_cpu_time_and_limit_are_read_and_recorded():
     while time.process_time() < deadline:
         pass
     assert cpu_seconds(os.getpid()) - before >= 0.04
+    # A thread that sleeps and wakes is put on a CPU again each time.
+    slices_before = cpu_reading(os.getpid())[1]
+    for _ in range(20):
+        time.sleep(0.001)
+    assert cpu_reading(os.getpid())[1] - slices_before >= 20
     limit = cpu_limit(os.getpid())
     assert limit.cpus == len(os.sched_getaffinity(0)) and limit.cores <= limit.cpus
     gone = 2 ** 22 + 12345
-    assert cpu_seconds(gone) is None and cpu_limit(gone) is None
+    assert cpu_seconds(gone) is None and cpu_reading(gone) is None and cpu_limit(gone) is None
     sampler = TaskCpuSampler({"ps0": os.getpid(), "worker0": gone})
     sampler.sample(4)
     sampler.sample(24)
     lines = sampler.csv_text().splitlines()
-    assert lines[0] == "step,time_unix_s,task,cpu_s" and [line.split(",")[0] for line in lines[1:]] == ["4", "24"]
+    assert lines[0] == "step,time_unix_s,task,cpu_s,slices"
+    assert [line.split(",")[0] for line in lines[1:]] == ["4", "24"]
     assert sampler.record() == {"file": TASK_CPU_FILE, "limits": {"ps0": limit.to_json()}}
 
 
 def _run_dir(tmp_path, readings: list[tuple[int, float, float]], *, cores=0.25):
     """A run directory whose PS 0 had CPU time ``cpu_s`` at ``time_unix_s`` after ``step``."""
     sampler = TaskCpuSampler({})
-    sampler.rows = [(step, now, "ps0", cpu) for step, now, cpu in readings]
+    sampler.rows = [(step, now, "ps0", cpu, 10 * step) for step, now, cpu in readings]
     (tmp_path / TASK_CPU_FILE).write_text(sampler.csv_text())
     return {"task_cpu": {"file": TASK_CPU_FILE, "limits": {"ps0": {"cpus": 2, "quota_cores": cores, "cores": cores}}}}
 

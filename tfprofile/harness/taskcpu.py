@@ -108,14 +108,31 @@ def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
     >>> cpu_seconds(os.getpid()) > 0
     True
     """
-    total = 0
+    reading = cpu_reading(pid, proc)
+    return None if reading is None else reading[0]
+
+
+def cpu_reading(pid: int, proc: Path = Path("/proc")) -> tuple[float, int] | None:
+    """The CPU time of process ``pid``'s live threads, in seconds, and how many times the
+    scheduler put one of them on a CPU (the third field of ``schedstat``: a thread that sleeps
+    and wakes for every message counts one per message, a busy one few); None once it is gone.
+
+    Examples
+    --------
+    >>> seconds, slices = cpu_reading(os.getpid())
+    >>> seconds > 0 and slices >= 1
+    True
+    """
+    total_ns, slices = 0, 0
     try:
         for thread in (proc / str(pid) / "task").iterdir():
             with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int((thread / "schedstat").read_text().split()[0])
+                fields = (thread / "schedstat").read_text().split()
+                total_ns += int(fields[0])
+                slices += int(fields[2])
     except OSError:
         return None
-    return total / NS_PER_S
+    return total_ns / NS_PER_S, slices
 
 
 class TaskCpuSampler:
@@ -124,7 +141,7 @@ class TaskCpuSampler:
 
     def __init__(self, pids: Mapping[str, int]):
         self.pids = dict(pids)
-        self.rows: list[tuple[int, float, str, float]] = []
+        self.rows: list[tuple[int, float, str, float, int]] = []
         self.limits: dict[str, dict] = {}
 
     def sample(self, step: int) -> None:
@@ -136,16 +153,16 @@ class TaskCpuSampler:
                 limit = cpu_limit(pid)
                 if limit is not None:
                     self.limits[task] = limit.to_json()
-            used = cpu_seconds(pid)
-            if used is not None:
-                self.rows.append((step, now, task, used))
+            reading = cpu_reading(pid)
+            if reading is not None:
+                self.rows.append((step, now, task, *reading))
 
     def csv_text(self) -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["step", "time_unix_s", "task", "cpu_s"])
-        for step, now, task, used in self.rows:
-            writer.writerow([step, f"{now:.6f}", task, f"{used:.9f}"])
+        writer.writerow(["step", "time_unix_s", "task", "cpu_s", "slices"])
+        for step, now, task, used, slices in self.rows:
+            writer.writerow([step, f"{now:.6f}", task, f"{used:.9f}", slices])
         return out.getvalue()
 
     def record(self) -> dict:
