@@ -2,9 +2,12 @@
 
 ``task_cpu.csv`` holds every task's CPU time when the chief reported its first measured step
 and its last. A PS task's CPU per step is the difference over the steps between: its ops, and
-the gRPC, serialisation and copying that no trace shows. Traced steps count like the others:
-on the lab's recommender a traced step cost the PS 8.6 ms of CPU and an untraced one 8.4 ms
-(the worker pays for recording a trace, not the PS). With the cores the task could use
+the gRPC, serialisation and copying that no trace shows. In a TF1 run traced steps count like
+the others: on the lab's recommender a traced step cost the PS 8.6 ms of CPU and an untraced
+one 8.4 ms (the worker pays for recording a trace, not the PS). A tf2-pss run's profiler runs
+on every task and costs the PS too (the lab's recommender: 11.4 ms per step over traced and
+untraced steps, 9.6-10.6 untraced), so such a run is read a third time when its traced steps
+end, and the untraced steps after it give the CPU per step. With the cores the task could use
 (``run.json``'s ``task_cpu.limits``) this bounds how many worker-steps per second the PS host
 serves.
 """
@@ -20,6 +23,23 @@ from tfbase.errors import InputError
 
 MIN_STEPS = 3  # fewer steps between the readings give no estimate worth a bound
 PS_PREFIX = "ps"
+
+
+def _span(readings: list[tuple[int, float, float]]) -> tuple[tuple[int, float, float], tuple[int, float, float]]:
+    """The two readings a task's CPU per step is taken between: the last two, when a run read its
+    tasks a third time as its traced steps ended (a tf2-pss profile, whose profiler costs every task
+    CPU while it traces) and at least MIN_STEPS untraced steps followed; else the first and last.
+
+    Examples
+    --------
+    >>> _span([(4, 0.0, 1.0), (27, 2.3, 1.3)])
+    ((4, 0.0, 1.0), (27, 2.3, 1.3))
+    >>> _span([(4, 0.0, 1.0), (15, 1.1, 1.15), (27, 2.3, 1.27)])
+    ((15, 1.1, 1.15), (27, 2.3, 1.27))
+    """
+    if len(readings) >= 3 and readings[-1][0] - readings[-2][0] >= MIN_STEPS:
+        return readings[-2], readings[-1]
+    return readings[0], readings[-1]
 
 
 def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
@@ -48,7 +68,7 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
         return None
     total, steps, seconds = 0.0, None, None
     for task in servers:
-        (first_step, first_s, first_cpu), (last_step, last_s, last_cpu) = min(readings[task]), max(readings[task])
+        (first_step, first_s, first_cpu), (last_step, last_s, last_cpu) = _span(sorted(readings[task]))
         if last_step - first_step < MIN_STEPS or last_s <= first_s:
             return None
         total += (last_cpu - first_cpu) / (last_step - first_step)

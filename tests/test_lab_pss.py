@@ -104,5 +104,11 @@ def test_tf2_pss_lab_end_to_end(tmp_path):
     with open(tmp_path / "tiny-100mbit" / "profile-run" / "step_times.csv") as handle:
         traced = [s["traced"] for s in csv.DictReader(handle)]
     assert len(traced) == 12 and traced[-6:] == ["0"] * 6  # the one-worker correction fits the untraced ones
+    # The tasks' CPU read a third time as the trace ended: the PS's CPU per step is the untraced steps'.
+    with open(tmp_path / "tiny-100mbit" / "profile-run" / "task_cpu.csv") as handle:
+        readings = sorted({int(r["step"]) for r in csv.DictReader(handle) if r["task"] == "ps0"})
+    assert len(readings) == 3 and readings[-1] - readings[-2] == 6
+    cluster = json.loads((tmp_path / "tiny-100mbit" / "CLUSTER.json").read_text())
+    assert cluster["ps_cpu"]["steps"] == 6 and cluster["ps_cpu"]["cpu_s_per_step"] > 0
     assert "| tiny-100mbit | tf2-pss |" in (tmp_path / "results.md").read_text()
     assert set(list_namespaces()) == before

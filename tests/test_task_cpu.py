@@ -89,6 +89,16 @@ def test_the_ps_cpu_per_step_is_its_cpu_between_the_first_and_last_measured_step
     assert record["busy_fraction"] == pytest.approx(1.0)
 
 
+
+def test_a_tf2_pss_run_read_when_its_trace_ended_gives_the_untraced_cpu_per_step(tmp_path):
+    # Traced steps 4..15 cost 12 ms each (0.132 s), the 12 untraced after them 9 ms (0.108 s).
+    record = ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (15, 1000.5, 2.632), (27, 1001.0, 2.74)]))
+    assert record["cpu_s_per_step"] == pytest.approx(0.009) and record["steps"] == 12
+    # Too few untraced steps after the third reading: the whole span, as with two readings.
+    record = ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (25, 1000.9, 2.752), (27, 1001.0, 2.77)]))
+    assert record["cpu_s_per_step"] == pytest.approx(0.27 / 23) and record["steps"] == 23
+
+
 def test_too_few_steps_or_no_readings_give_no_record(tmp_path):
     assert ps_cpu_record(tmp_path, {"config": {}}) is None  # collected before the readings existed
     assert ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (6, 1000.1, 2.52)])) is None

@@ -383,6 +383,10 @@ def collect(
                     if bar is not None:
                         bar.update(event["step"] - bar.n)
                         bar.set_postfix(step_s=f"{event['wall_s']:.3f}", traced=event["traced"])
+                elif event["kind"] == "untraced":
+                    # A tf2-pss run's traced steps are over: a third reading (docs/formats.md §2.3.1).
+                    cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
+                    cpu.sample(event["step"])
                 elif event["kind"] == "finished":
                     finished = True
                     batch_size = event["batch_size"]

@@ -383,6 +383,10 @@ def _coordinate(tf, spec: dict, strategy, coordinator) -> int:
     tracer.join()
     if "error" in trace_window:
         raise RuntimeError(f"the profiler trace failed: {trace_window['error']}")
+    if traced_count and measured > traced_count:
+        # The profiler costs every task CPU while it traces: the launcher reads the tasks' CPU
+        # here too, so that calibration can take the PS's CPU per step from untraced steps.
+        emit_progress("untraced", step=done)
     run(measured - traced_count)
     coordinator.join()
 
