@@ -66,9 +66,10 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
     servers = sorted(task for task in readings if task.startswith(PS_PREFIX))
     if not servers:
         return None
-    total, steps, seconds = 0.0, None, None
+    total, steps, seconds, untraced = 0.0, None, None, False
     for task in servers:
         (first_step, first_s, first_cpu), (last_step, last_s, last_cpu) = _span(sorted(readings[task]))
+        untraced = first_step != min(readings[task])[0]
         if last_step - first_step < MIN_STEPS or last_s <= first_s:
             return None
         total += (last_cpu - first_cpu) / (last_step - first_step)
@@ -79,4 +80,5 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
         return None
     return {"cpu_s_per_step": total, "cores": min(cores), "servers": len(servers), "steps": steps,
             "busy_fraction": total / (len(servers) * min(cores) * seconds / steps),
-            "source": "task_cpu.csv: the PS tasks' CPU between the first and the last measured step"}
+            "source": "task_cpu.csv: the PS tasks' CPU between " + (
+                "the reading as the trace ended" if untraced else "the first") + " and the last measured step"}

@@ -94,9 +94,11 @@ def test_a_tf2_pss_run_read_when_its_trace_ended_gives_the_untraced_cpu_per_step
     # Traced steps 4..15 cost 12 ms each (0.132 s), the 12 untraced after them 9 ms (0.108 s).
     record = ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (15, 1000.5, 2.632), (27, 1001.0, 2.74)]))
     assert record["cpu_s_per_step"] == pytest.approx(0.009) and record["steps"] == 12
+    assert "as the trace ended" in record["source"]
     # Too few untraced steps after the third reading: the whole span, as with two readings.
     record = ps_cpu_record(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (25, 1000.9, 2.752), (27, 1001.0, 2.77)]))
     assert record["cpu_s_per_step"] == pytest.approx(0.27 / 23) and record["steps"] == 23
+    assert "between the first and the last" in record["source"]
 
 
 def test_too_few_steps_or_no_readings_give_no_record(tmp_path):
