@@ -99,6 +99,14 @@ def test_quick_preset_end_to_end(tmp_path):
     ceiling = json.loads((tmp_path / "tiny-100mbit" / "CLUSTER.json").read_text())["link_ceiling"]
     assert ceiling["link"]["rate_Bps"] == 12.5e6 and ceiling["mss_bytes"] and not ceiling["above"]
     assert {c["rate"] for c in ceiling["checks"]} >= {"iperf3 rate"}
+    # The profiling run traces its first half of steps, then reads the tasks' CPU again: the PS's
+    # CPU per step is the untraced half's.
+    with open(tmp_path / "tiny-100mbit" / "profile-run" / "step_times.csv") as handle:
+        traced = [s["traced"] for s in csv.DictReader(handle) if s["measured"] == "1"]
+    half = len(traced) // 2
+    assert traced == ["1"] * half + ["0"] * (len(traced) - half)
+    ps_cpu = json.loads((tmp_path / "tiny-100mbit" / "CLUSTER.json").read_text())["ps_cpu"]
+    assert ps_cpu["steps"] == len(traced) - half and "as the trace ended" in ps_cpu["source"]
     assert set(list_namespaces()) == before
     from tfsim.lab.cgroups import PREFIX, find_hierarchy
 

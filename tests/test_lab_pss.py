@@ -48,8 +48,10 @@ def test_traced_steps_is_checked(tmp_path):
         CollectConfig(**pss, traced_steps=11)
     with pytest.raises(UsageError, match="at least 2 warm-up steps"):
         CollectConfig(**pss, traced_steps=0, warmup_steps=1)
-    with pytest.raises(UsageError, match="tf2-pss"):
-        CollectConfig(out_dir=tmp_path, steps=10, traced_steps=5)
+    # A tf1 job traces its first traced_steps measured steps (every trace_every-th), at least one.
+    assert CollectConfig(out_dir=tmp_path, steps=10, traced_steps=5).traced_steps == 5
+    with pytest.raises(UsageError, match="a tf1 job traces at least its first measured step"):
+        CollectConfig(out_dir=tmp_path, steps=10, traced_steps=0, warmup_steps=3)
 
 
 def test_a_tf2_pss_job_on_given_hosts_names_the_coordinator_last(tmp_path):

@@ -86,7 +86,10 @@ class CollectConfig:
 
     ``model`` names a zoo model, or ``model_fn`` is ``"module:function"`` (then ``model``
     is only a label). Steps count measured steps, after ``warmup_steps`` untimed ones; of the
-    measured steps, every ``trace_every``-th (starting with the first) is traced.
+    measured steps, every ``trace_every``-th (starting with the first) is traced. With
+    ``traced_steps`` N, only the first N measured steps are traced (a tf1 job: every
+    ``trace_every``-th of them; a tf2-pss job: all N, while its profiler's window lasts) and the
+    rest run untraced, with the tasks' CPU read again where they begin (docs/formats.md §2.3.1).
     """
 
     out_dir: Path
@@ -125,10 +128,10 @@ class CollectConfig:
         if self.traced_steps is not None and not 0 <= self.traced_steps <= self.steps:
             raise UsageError("traced_steps", f"must be from 0 to the {self.steps} measured steps, "
                                              f"not {self.traced_steps}")
+        if self.traced_steps == 0 and self.api is not TrainingApi.TF2_PSS:
+            raise UsageError("traced_steps", "a tf1 job traces at least its first measured step: give 1 or more")
         if self.traced_steps == 0 and self.warmup_steps < 2:
             raise UsageError("traced_steps", "0 traces the warm-up's later steps: give at least 2 warm-up steps")
-        if self.traced_steps is not None and self.api is not TrainingApi.TF2_PSS:
-            raise UsageError("traced_steps", "applies to a tf2-pss job (a tf1 job traces every trace_every-th step)")
         if self.model_fn is None and self.model not in ZOO_MODELS:
             raise UsageError("model", f"unknown model {self.model!r}; choose from {', '.join(ZOO_MODELS)}"
                              " or give --model-fn MODULE:FUNCTION")
@@ -305,10 +308,10 @@ def collect(
         "intra_op_threads": config.intra_op_threads, "inter_op_threads": config.inter_op_threads,
         "learning_rate": config.learning_rate, "out_dir": str(partial.resolve()), "zero_init": config.zero_init,
         "api": config.api.value,
+        "traced_steps": config.steps if config.traced_steps is None else config.traced_steps,
     }
     if pss:
         base_spec.update(profiler_ports=profiler_ports, profiler_hosts=profiler_hosts, trace_ms=config.trace_ms,
-                         traced_steps=config.steps if config.traced_steps is None else config.traced_steps,
                          graph_dump_dir=str((partial / "graph_dump").resolve()))
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"), **dict(config.env)}
     # The task processes import this project by module name: keep it importable from anywhere.
@@ -384,7 +387,7 @@ def collect(
                         bar.update(event["step"] - bar.n)
                         bar.set_postfix(step_s=f"{event['wall_s']:.3f}", traced=event["traced"])
                 elif event["kind"] == "untraced":
-                    # A tf2-pss run's traced steps are over: a third reading (docs/formats.md §2.3.1).
+                    # The traced steps are over: a third reading (docs/formats.md §2.3.1).
                     cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
                     cpu.sample(event["step"])
                 elif event["kind"] == "finished":

@@ -285,11 +285,17 @@ def run_worker(spec: dict) -> int:
             sess.run(wait_go)
 
             total = spec["warmup_steps"] + spec["steps"]
+            # Steps from this one on run untraced (a profile's untraced tail: the PS's CPU per step
+            # without what recording a trace costs it; docs/calibration.md §4.8).
+            untraced_from = spec["warmup_steps"] + spec.get("traced_steps", spec["steps"])
             traced = 0
             traces = []
             for step in range(total):
                 measured = step - spec["warmup_steps"]
-                trace = measured >= 0 and chief and measured % spec["trace_every"] == 0
+                if chief and step == untraced_from and measured > 0:
+                    emit_progress("untraced", step=step)
+                trace = (measured >= 0 and chief and measured % spec["trace_every"] == 0
+                         and step < untraced_from)
                 metadata = tf1.RunMetadata() if trace else None
                 start_unix, start = time.time(), time.perf_counter()
                 if trace:
