@@ -19,7 +19,7 @@ from simulate.results import measurement_stats
 from tfbase.errors import InputError
 from tfbase.fileio import json_ready, write_json
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
-from tfprofile.harness.role import repetition_name
+from tfprofile.harness.role_watch import repetition_name
 from tfsim.lab.measure import measured_throughput
 
 REPEATS_FORMAT = "tfsim.repeats/1"
