@@ -524,6 +524,7 @@ def test_a_tf2_pss_server_hands_its_port_over_to_the_coordinator_alone():
     """A tf2-pss server's host holds its port until the coordinator has reported; nothing is relayed."""
     import threading
 
+    from tfbase.errors import CollectError
     from tfprofile.harness.handoff import Handoff, hand_over, serve_handoff
 
     (port,) = free_ports(1)
@@ -536,6 +537,10 @@ def test_a_tf2_pss_server_hands_its_port_over_to_the_coordinator_alone():
     server.join(60)
     assert not server.is_alive() and served == {"chief0": {"outside_cores": 0.02}}
     assert answer == {"label": "worker1", "repetition": 2, "host_load": {"outside_cores": 0.3}}
+    with socket.create_server(("", port)), pytest.raises(
+            CollectError, match=rf"^worker1: cannot hold the task's port {port} between repetitions: Address "
+                                r"already in use \(has another process taken it\?\)$"):
+        serve_handoff(port, Handoff("worker1", 3, {}), ["chief0"], timeout_s=60, relay_to=None)
 
 
 def test_a_worker_in_another_repetition_is_refused():

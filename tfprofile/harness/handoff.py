@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import selectors
 import socket
 import time
@@ -124,14 +125,19 @@ def serve_handoff(port: int, own: Handoff, reporters: Collection[str], timeout_s
     many are open.
 
     Raises :class:`~tfbase.errors.CollectError` when a reporter does not report within
-    ``timeout_s``, :class:`~tfbase.errors.ClusterError` when one reports another repetition.
+    ``timeout_s`` or the port is taken, :class:`~tfbase.errors.ClusterError` when one reports
+    another repetition.
     """
     expected = set(reporters)
     loads: dict[str, dict] = {}
     chief: socket.socket | None = None
     deadline = time.monotonic() + timeout_s
-    # SO_REUSEADDR (create_server's default): the task's connections linger in TIME_WAIT
-    with socket.create_server(("", port)) as listener, selectors.DefaultSelector() as selector:
+    try:  # SO_REUSEADDR (create_server's default): the task's connections linger in TIME_WAIT
+        listener = socket.create_server(("", port))
+    except OSError as exc:
+        raise CollectError(f"{own.label}: cannot hold the task's port {port} between repetitions: "
+                           f"{os.strerror(exc.errno) if exc.errno else exc} (has another process taken it?)") from None
+    with listener, selectors.DefaultSelector() as selector:
         listener.setblocking(False)
         selector.register(listener, selectors.EVENT_READ)
         try:
