@@ -155,8 +155,8 @@ def test_a_server_host_answers_the_coordinator_in_its_handoff_directory(tmp_path
     host = pss_handoff.HandoffHost.open(CollectConfig(tmp_path / "run", api=TrainingApi.TF2_PSS), role,
                                         CaptureDuty.NONE)
     manifest = json.loads((tmp_path / "ps0" / "manifest.json").read_text())
-    assert {k: manifest[k] for k in ("format", "task", "capture_site", "iperf_server")} == {
-        "format": "tfsim.pss-handoff/1", "task": "ps0", "capture_site": None, "iperf_server": False}
+    assert {k: manifest[k] for k in ("format", "task", "capture_site", "iperf_server", "repeat")} == {
+        "format": "tfsim.pss-handoff/1", "task": "ps0", "capture_site": None, "iperf_server": False, "repeat": 1}
     host.serve()
     assert not (tmp_path / "ps0" / "capture.json").exists()  # nothing asked yet
     (tmp_path / "ps0" / "capture.request").write_text('{"sto')  # seen half written: asked again later
@@ -280,9 +280,10 @@ def test_the_coordinator_checks_what_each_host_does(tmp_path, monkeypatch):
             (tmp_path / label / "manifest.json").write_text(json.dumps(
                 {"capture_site": None, "iperf3": True, "iperf_server": False, **tasks.get(label, {})}))
 
-    def check(iperf: bool = False, **config) -> None:
+    def check(iperf: bool = False, repeat: int = 1, **config) -> None:
         config = CollectConfig(tmp_path / "run", api=TrainingApi.TF2_PSS, **config)
-        spec = {"handoff": pss_handoff.coordinator_spec(config, RoleOptions(coordinator, cluster, iperf=iperf))}
+        role = RoleOptions(coordinator, cluster, iperf=iperf, repeat=repeat)
+        spec = {"handoff": pss_handoff.coordinator_spec(config, role)}
         pss_handoff.check_manifests(_LocalTf, spec)
 
     manifests(worker0={"capture_site": "chief-worker"}, ps1={"iperf_server": True})
@@ -304,6 +305,12 @@ def test_the_coordinator_checks_what_each_host_does(tmp_path, monkeypatch):
     with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: no PS task on 10.0.0.1 serves iperf3: give ps0 "
                                                        r"iperf_server$"):
         check(iperf=True)
+    manifests(worker0={"repeat": 2}, ps0={"repeat": 2}, ps1={"repeat": 2})
+    check(repeat=2)
+    manifests(worker0={"repeat": 2}, ps1={"repeat": 2})  # a host that says no repeat runs the job once
+    with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: the run options differ from ps0's: repeat is 2 "
+                                                       r"here, 1 on ps0$"):
+        check(repeat=2)
     (tmp_path / "ps1" / "manifest.json").unlink()
     with pytest.raises(pss_handoff.HandoffError, match=r"^chief0: ps1 has no .*manifest.json on its host"):
         check()
@@ -449,7 +456,6 @@ def test_capture_site_without_capture_exits_2_in_local_mode(tmp_path, capsys, mo
     (("--repeat", "-2"), "argument --repeat: must be at least 1, not -2 (see tfsim collect --help)"),
     (("--repeat", "2"), "--repeat: repeats a job with one task per host: give --role (or TF_CONFIG); on one "
                         "machine, tfsim lab --repeat measures each point N times"),
-    (("--repeat", "2", "--api", "tf2-pss", "--role", "chief"), "--repeat: not yet for --api tf2-pss"),
 ])
 def test_bad_repeat_exits_2(extra, message, tmp_path, capsys, monkeypatch):
     from cli_runner import run
@@ -486,7 +492,7 @@ def test_the_end_of_a_repetition_reaches_every_host():
     address = f"127.0.0.1:{port}"
     served: dict = {}
     ps = threading.Thread(target=lambda: served.update(serve_handoff(port, Handoff("ps0", 3, {"outside_cores": 0.5}),
-                                                                      2, timeout_s=60)))
+                                                                      ["worker0", "worker1"], timeout_s=60)))
     ps.start()
     answers: dict = {}
 
@@ -514,6 +520,29 @@ def test_the_end_of_a_repetition_reaches_every_host():
     assert answers["worker0"]["hosts"] == served and answers["worker0"]["host_load"] == {"outside_cores": 0.5}
 
 
+def test_a_tf2_pss_server_hands_its_port_over_to_the_coordinator_alone():
+    """A tf2-pss server's host holds its port until the coordinator has reported; nothing is relayed."""
+    import threading
+
+    from tfbase.errors import CollectError
+    from tfprofile.harness.handoff import Handoff, hand_over, serve_handoff
+
+    (port,) = free_ports(1)
+    served: dict = {}
+    server = threading.Thread(target=lambda: served.update(serve_handoff(
+        port, Handoff("worker1", 2, {"outside_cores": 0.3}), ["chief0"], timeout_s=60, relay_to=None)))
+    server.start()
+    answer = hand_over(f"127.0.0.1:{port}", "worker1", Handoff("chief0", 2, {"outside_cores": 0.02}), relay=False,
+                       timeout_s=60)
+    server.join(60)
+    assert not server.is_alive() and served == {"chief0": {"outside_cores": 0.02}}
+    assert answer == {"label": "worker1", "repetition": 2, "host_load": {"outside_cores": 0.3}}
+    with socket.create_server(("", port)), pytest.raises(
+            CollectError, match=rf"^worker1: cannot hold the task's port {port} between repetitions: Address "
+                                r"already in use \(has another process taken it\?\)$"):
+        serve_handoff(port, Handoff("worker1", 3, {}), ["chief0"], timeout_s=60, relay_to=None)
+
+
 def test_a_worker_in_another_repetition_is_refused():
     import threading
 
@@ -524,7 +553,7 @@ def test_a_worker_in_another_repetition_is_refused():
 
     def ps() -> None:
         try:
-            serve_handoff(port, Handoff("ps0", 1, {}), 1, timeout_s=60)
+            serve_handoff(port, Handoff("ps0", 1, {}), ["worker0"], timeout_s=60)
         except ClusterError as exc:
             errors.append(str(exc))
 
@@ -968,6 +997,68 @@ def test_tf2_pss_capture_the_coordinator_would_not_fetch_is_refused(pss_lab, tas
     assert chief.returncode == 2, chief.stderr[-3000:]
     assert error_line(chief) == ("tfsim: error: chief0: worker0 captures (capture_site chief-worker) but the "
                                  "coordinator does not fetch it: give the coordinator capture too")
+    for code, err in servers:
+        assert code == 2, err[-2000:]
+        assert err.strip().splitlines()[-1].endswith("the coordinator stopped before the job was done, so this "
+                                                     "task stops too (see the coordinator's message)")
+    assert not run.exists() and not list(Path("/tmp").glob("tfsim-pss-handoff-*"))
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_a_repeated_tf2_pss_job_writes_a_run_directory_per_repetition_and_their_summary(pss_lab, tasks, tmp_path):
+    """Two repetitions, each on new servers and a new coordinator: two run directories with their own
+    steps, capture and iperf3 results, and repeats.json with every host's load."""
+    pytest.importorskip("tensorflow")
+    from tfsim.lab.measure import measured_throughput
+
+    out, repeat = tmp_path / "run", ("--repeat", "2")
+    at = ("--capture", "--capture-at", "chief-worker")
+    chief, servers = _run_pss_job(pss_lab, tasks, out, {"ps": ("--iperf-server", *repeat), "worker": (*at, *repeat)},
+                                  *at, *repeat, "--iperf", "--iperf-repeats", "1", "--iperf-seconds", "1")
+    assert chief.returncode == 0, chief.stderr[-3000:]
+    for (code, err), label in zip(servers, ("ps0", "worker0")):
+        assert code == 0, err[-2000:]
+        for k in (1, 2):
+            assert f"tfsim: host of {label} (repetition {k} of 2): " in err
+            assert f"tfsim: {label}: the coordinator is done (repetition {k} of 2)" in err
+    assert sorted(p.name for p in out.iterdir()) == ["r1", "r2", "repeats.json"]
+    assert not list(tmp_path.glob("*.incomplete")) and not list(Path("/tmp").glob("tfsim-pss-handoff-*"))
+    summary = json.loads((out / "repeats.json").read_text())
+    assert (summary["repeat"], summary["workers"], summary["batch_size"]) == (2, 1, 4)
+    assert len(summary["repetitions"]) == 2
+    ends = []
+    for k, rep in enumerate(summary["repetitions"], 1):
+        run = out / f"r{k}"
+        record = json.loads((run / "run.json").read_text())
+        assert record["repetition"] == {"index": k, "of": 2} and record["status"] == "complete"
+        assert sorted(record["host_loads"]) == ["chief0", "ps0", "worker0"]
+        assert record["host_loads"]["chief0"] == record["host_load"]
+        assert all(load["wall_s"] > 1 for load in record["host_loads"].values())
+        assert record["capture"]["host"] == "worker0" and record["capture"]["captured"] > 100
+        assert record["iperf3"] == ["downlink_0.json", "uplink_0.json"]
+        assert sorted(record["traced_steps"]) == ["ps0.xplane.pb.gz", "worker0.xplane.pb.gz"]
+        with open(run / "step_times.csv") as handle:
+            steps = [(float(s["start_unix_s"]), float(s["wall_s"])) for s in csv.DictReader(handle)]
+        assert len(steps) == 8
+        ends.append((min(a for a, _ in steps), max(a + w for a, w in steps)))
+        assert rep["repetition"] == k and rep["run_dir"] == f"r{k}"
+        assert rep["throughput_eps"] == measured_throughput(run)["throughput_eps"] > 0
+        assert sorted(rep["outside_cores"]) == ["chief0", "ps0", "worker0"]
+    assert ends[0][1] < ends[1][0]  # the second repetition's steps came after the first's
+    assert f"tfsim: 2 repetitions: {summary['throughput_eps']['mean']:.2f} examples/s" in chief.stderr
+
+
+@needs_lab
+@pytest.mark.tensorflow
+def test_a_tf2_pss_server_started_with_another_repeat_is_refused(pss_lab, tasks, tmp_path):
+    """PS 0 runs the job once, worker 0 and the coordinator twice: the coordinator stops before the first
+    step with one line naming ps0 and what differs, and releases the servers, which stop too."""
+    pytest.importorskip("tensorflow")
+    run = tmp_path / "run"
+    chief, servers = _run_pss_job(pss_lab, tasks, run, {"worker": ("--repeat", "2")}, "--repeat", "2")
+    assert chief.returncode == 2, chief.stderr[-3000:]
+    assert error_line(chief) == "tfsim: error: chief0: the run options differ from ps0's: repeat is 2 here, 1 on ps0"
     for code, err in servers:
         assert code == 2, err[-2000:]
         assert err.strip().splitlines()[-1].endswith("the coordinator stopped before the job was done, so this "

@@ -1,5 +1,6 @@
 """The summary of a repeated cluster job (``tfsim collect --role ... --repeat N``): the chief's
-``OUT/repeats.json`` over its run directories ``OUT/r1`` ... ``OUT/rN`` (docs/formats.md §2.9).
+(a tf2-pss job's coordinator's) ``OUT/repeats.json`` over its run directories ``OUT/r1`` ...
+``OUT/rN`` (docs/formats.md §2.9).
 
 Each repetition's throughput is the lab's measurement of a run directory
 (:func:`tfsim.lab.measure.measured_throughput`: examples/s over the last half of the window
@@ -19,7 +20,7 @@ from simulate.results import measurement_stats
 from tfbase.errors import InputError
 from tfbase.fileio import json_ready, write_json
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
-from tfprofile.harness.role import repetition_name
+from tfprofile.harness.role_watch import repetition_name
 from tfsim.lab.measure import measured_throughput
 
 REPEATS_FORMAT = "tfsim.repeats/1"

@@ -14,6 +14,13 @@ done) and the way every host's load reaches the chief:
    answered, after a last line with every worker's load (``"hosts"``);
 4. the PS starts the next repetition's task, or exits after the last.
 
+A tf2-pss job (:mod:`tfprofile.harness.pss_role`) ends a repetition the same way with its
+servers' roles turned around: the coordinator writes each server's done file, and each PS's
+and worker's ``collect`` then holds its task's port, greeting with its host's load, until
+the coordinator's ``collect`` has answered with its own; it alone reports, and no line is
+relayed. The coordinator thus has every host's load, and starts the next repetition only once
+each server's task of the last is gone.
+
 A connection that sends nothing (a probe: does the PS serve?) is closed and not counted, so
 :func:`handing_over` can tell this listener from a task's gRPC server. This module does not
 import TensorFlow.
@@ -23,9 +30,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import selectors
 import socket
 import time
+from collections.abc import Collection
 
 from tfbase.errors import ClusterError, CollectError
 from tfprofile.harness.tfconfig import split_address
@@ -36,6 +45,7 @@ PROBE_WAIT_S = 1.0  # how long a probe waits for a greeting (a gRPC server sends
 REPLY_WAIT_S = 5.0  # how long the PS waits for a worker's line once it has greeted it
 CONNECT_WAIT_S = 3.0  # as a worker's wait for a PS: a connection not made by then is retried
 RETRY_S = 0.1
+CHIEF_LABEL = "worker0"  # a TF1 job's chief, to which each PS relays every worker's load
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,27 +116,35 @@ class _Reply:
     buffer: bytes = b""
 
 
-def serve_handoff(port: int, own: Handoff, workers: int, timeout_s: float) -> dict[str, dict]:
-    """A PS's side: listen on ``port`` until each of the ``workers`` workers has reported the
-    end of ``own.repetition`` and the chief has had every worker's load; return those loads
-    by task label. Every connection is greeted at once, however many are open.
+def serve_handoff(port: int, own: Handoff, reporters: Collection[str], timeout_s: float, *,
+                  relay_to: str | None = CHIEF_LABEL) -> dict[str, dict]:
+    """A server's side: listen on ``port`` until each of the ``reporters`` (task labels: a TF1
+    job's workers, a tf2-pss job's coordinator) has reported the end of ``own.repetition``
+    and, given ``relay_to`` (one of them: the TF1 chief), that one has had every reporter's
+    load; return those loads by task label. Every connection is greeted at once, however
+    many are open.
 
-    Raises :class:`~tfbase.errors.CollectError` when a worker does not report within
-    ``timeout_s``, :class:`~tfbase.errors.ClusterError` when one reports another repetition.
+    Raises :class:`~tfbase.errors.CollectError` when a reporter does not report within
+    ``timeout_s`` or the port is taken, :class:`~tfbase.errors.ClusterError` when one reports
+    another repetition.
     """
-    expected = {f"worker{i}" for i in range(workers)}
+    expected = set(reporters)
     loads: dict[str, dict] = {}
     chief: socket.socket | None = None
     deadline = time.monotonic() + timeout_s
-    # SO_REUSEADDR (create_server's default): the task's connections linger in TIME_WAIT
-    with socket.create_server(("", port)) as listener, selectors.DefaultSelector() as selector:
+    try:  # SO_REUSEADDR (create_server's default): the task's connections linger in TIME_WAIT
+        listener = socket.create_server(("", port))
+    except OSError as exc:
+        raise CollectError(f"{own.label}: cannot hold the task's port {port} between repetitions: "
+                           f"{os.strerror(exc.errno) if exc.errno else exc} (has another process taken it?)") from None
+    with listener, selectors.DefaultSelector() as selector:
         listener.setblocking(False)
         selector.register(listener, selectors.EVENT_READ)
         try:
-            while chief is None or not expected <= loads.keys():
+            while not expected <= loads.keys():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    missing = ", ".join(sorted(expected - loads.keys() or {"worker0"}))
+                    missing = ", ".join(sorted(expected - loads.keys()))
                     raise CollectError(f"{own.label}: {missing} did not report the end of repetition "
                                        f"{own.repetition} within {timeout_s:.0f} s (see its messages)")
                 for key, _ in selector.select(min(remaining, REPLY_WAIT_S)):
@@ -139,22 +157,23 @@ def serve_handoff(port: int, own: Handoff, workers: int, timeout_s: float) -> di
                     if record["label"] not in expected or record.get("repetition") != own.repetition:
                         key.data.conn.close()
                     if record["label"] not in expected:
-                        continue  # not one of this job's workers
+                        continue  # not one of this job's reporters
                     if record.get("repetition") != own.repetition:
                         raise ClusterError(own.label, f"{record['label']} ended repetition "
                                                       f"{record.get('repetition')} while this task ended repetition "
                                                       f"{own.repetition}: give every task the same repeat")
                     loads[record["label"]] = record.get("host_load")
-                    if record["label"] == "worker0":
-                        chief = key.data.conn  # answered once every worker has reported
+                    if record["label"] == relay_to:
+                        chief = key.data.conn  # answered once every reporter has reported
                     else:
                         key.data.conn.close()
                 for key in list(selector.get_map().values()):  # a greeted connection that stays silent
                     if key.data is not None and time.monotonic() - key.data.opened > REPLY_WAIT_S:
                         selector.unregister(key.fileobj)
                         key.data.conn.close()
-            chief.settimeout(REPLY_WAIT_S)
-            _send(chief, own.line(hosts=loads))
+            if chief is not None:
+                chief.settimeout(REPLY_WAIT_S)
+                _send(chief, own.line(hosts=loads))
             return loads
         finally:
             for key in list(selector.get_map().values()):
@@ -196,11 +215,12 @@ def _answer(reply: _Reply, selector: selectors.BaseSelector) -> dict | None:
 
 
 def hand_over(address: str, who: str, own: Handoff, *, relay: bool, timeout_s: float) -> dict:
-    """A worker's side: tell the PS ``who`` at ``address`` that ``own.repetition`` has ended
-    here; return the PS's record (its ``label``, ``repetition`` and ``host_load``) and, with
-    ``relay`` (the chief), every worker's load under ``"hosts"``.
+    """A TF1 worker's side (or a tf2-pss coordinator's): tell the server ``who`` at ``address``
+    that ``own.repetition`` has ended here; return the server's record (its ``label``,
+    ``repetition`` and ``host_load``) and, with ``relay`` (the TF1 chief), every worker's load
+    under ``"hosts"``.
 
-    Waits for the PS's task of this repetition to exit (its listener takes the port over);
+    Waits for the server's task of this repetition to exit (its listener takes the port over);
     raises :class:`~tfbase.errors.CollectError` if it has not within ``timeout_s``.
     """
     host, port = split_address(address)

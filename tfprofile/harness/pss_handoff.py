@@ -6,15 +6,16 @@ The coordinator alone writes the run directory, but it is on none of the links t
 cross. The capture is taken on worker 0's host (capture site ``chief-worker``: its traffic
 with every PS, the one-worker run ``tfsim calibrate`` reads) or on PS 0's (``ps``: every
 worker's traffic with it), and iperf3 runs from worker 0's host to every PS host, whose
-``iperf_server`` serves it. Each PS's and worker 0's ``tfsim collect`` keeps a handoff
+``iperf_server`` serves it. Every PS's and worker's ``tfsim collect`` keeps a handoff
 directory on its host (:func:`handoff_dir`), and the coordinator talks to it through files
 that TensorFlow ops placed on that task read and write, as it reads worker 0's partition
 graphs:
 
 1. before its server starts, the host writes ``manifest.json``: the capture site it captures
    at (tcpdump runs from then on, so that it sees every connection of the job), whether
-   iperf3 is at hand and whether it serves iperf3; the coordinator checks every manifest
-   against its own options before the model is built (:func:`check_manifests`);
+   iperf3 is at hand, whether it serves iperf3 and how many times it runs the job
+   (``repeat``); the coordinator checks every manifest against its own options before the
+   model is built (:func:`check_manifests`);
 2. with ``iperf``, the coordinator then writes ``iperf.request`` on worker 0's host, which runs
    iperf3 to every PS host into ``iperf3/`` and answers ``iperf.json``; the coordinator copies
    the results into its run directory (:func:`fetch_iperf`), before the first step;
@@ -22,6 +23,9 @@ graphs:
    capturing host, which stops tcpdump, compresses the capture, cuts it into parts of at most
    :data:`PART_BYTES` and answers ``capture.json``; the coordinator joins the parts into its
    run directory's ``capture.pcap.gz`` (:func:`fetch_capture`).
+
+In a repeated job (``repeat`` N > 1) each repetition has its own handoff directory, manifest,
+capture and iperf3 runs, fetched into that repetition's run directory.
 
 An answer with an ``error`` stops the coordinator with that message (exit status 2 where the
 input is wrong, such as an interface that saw no traffic). The coordinator then releases every
@@ -60,7 +64,7 @@ from tfprofile.harness.capture_site import (
 )
 from tfprofile.harness.launcher import CaptureSite, CollectConfig
 from tfprofile.harness.role_options import RoleOptions
-from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
+from tfprofile.harness.tfconfig import ClusterSpec, TaskId, agreement_difference, split_address
 
 HANDOFF_FORMAT = "tfsim.pss-handoff/1"
 MANIFEST = "manifest.json"
@@ -94,9 +98,11 @@ def handoff_dir(cluster: ClusterSpec, task: TaskId) -> str:
 
 
 def handoff_tasks(cluster: ClusterSpec) -> list[TaskId]:
-    """The tasks that may take part: worker 0 (the capture at ``chief-worker``, iperf3's
-    client) and every PS (PS 0's capture at ``ps``, the iperf3 servers)."""
-    return [TaskId("worker", 0), *(TaskId("ps", p) for p in range(len(cluster.ps)))]
+    """Every server task: each says in its manifest how many times it runs the job; worker 0
+    may take the capture (at ``chief-worker``) and runs iperf3's client, every PS may take the
+    capture (PS 0 at ``ps``) and serve iperf3."""
+    return [*(TaskId("worker", w) for w in range(len(cluster.worker))),
+            *(TaskId("ps", p) for p in range(len(cluster.ps)))]
 
 
 def capture_task(config: CollectConfig) -> TaskId | None:
@@ -107,8 +113,8 @@ def capture_task(config: CollectConfig) -> TaskId | None:
 
 
 def coordinator_spec(config: CollectConfig, role: RoleOptions) -> dict:
-    """The coordinator's ``handoff`` spec: where each taking part task's directory is, and
-    what to fetch."""
+    """The coordinator's ``handoff`` spec: where each server task's directory is, what to
+    fetch, and how many times the job runs (``repeat``, which every manifest must say too)."""
     taker = capture_task(config)
     return {
         "tasks": {t.label: {"device": task_device(t), "dir": handoff_dir(role.cluster, t)}
@@ -119,6 +125,7 @@ def coordinator_spec(config: CollectConfig, role: RoleOptions) -> dict:
                   "connect_timeout_s": role.connect_timeout_s} if role.iperf else None,
         "ps_hosts": ps_hosts(role.cluster),
         "timeout_s": config.timeout_s,
+        "repeat": role.repeat,
     }
 
 
@@ -134,7 +141,7 @@ def _write_atomically(path: Path, document: dict) -> None:
 
 @dataclasses.dataclass
 class HandoffHost:
-    """A PS's or worker 0's side of the handoff, on its own host: its directory, its capture,
+    """A server task's side of the handoff, on its own host: its directory, its capture,
     and the answers to the coordinator's requests. :meth:`open` it before the task starts,
     :meth:`serve` it while the task runs, :meth:`close` it when the task has ended."""
 
@@ -160,7 +167,7 @@ class HandoffHost:
                 "format": HANDOFF_FORMAT, "task": role.task.label,
                 "capture_site": config.capture_site.value if duty is CaptureDuty.CAPTURE else None,
                 "iperf3": shutil.which("iperf3") is not None, "iperf_server": role.iperf_server,
-                "hostname": socket.gethostname()})
+                "hostname": socket.gethostname(), "repeat": role.repeat})
         except BaseException:
             host.close()
             raise
@@ -327,8 +334,9 @@ def _request(tf, spec: dict, label: str, name: str, document: dict) -> None:
 
 
 def check_manifests(tf, spec: dict) -> None:
-    """Check that every taking part task does what the coordinator's options say: the capture
-    on the right host and only there, iperf3 at hand on worker 0's and served on every PS host."""
+    """Check that every server task does what the coordinator's options say: the same
+    ``repeat``, the capture on the right host and only there, iperf3 at hand on worker 0's and
+    served on every PS host."""
     handoff = spec["handoff"]
     manifests = {}
     for label, task in handoff["tasks"].items():
@@ -338,6 +346,11 @@ def check_manifests(tf, spec: dict) -> None:
             raise HandoffError(f"chief0: {label} has no {path} on its host: start it with this version of tfsim "
                                "collect")
         manifests[label] = json.loads(data)
+    own = {"options": {"repeat": handoff.get("repeat", 1)}}
+    for label, manifest in manifests.items():
+        difference = agreement_difference(own, {"options": {"repeat": manifest.get("repeat", 1)}}, label)
+        if difference is not None:
+            raise HandoffError(f"chief0: the run options differ from {label}'s: {difference}")
     site, taker = handoff["capture_site"], handoff["capture_task"]
     at_ps = " and capture_site ps" if site == "ps" else ""
     if taker is not None and manifests[taker].get("capture_site") != site:

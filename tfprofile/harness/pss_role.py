@@ -21,11 +21,21 @@ with ``config.capture`` tcpdump runs on worker 0's host (capture site ``chief-wo
 PS 0's (``ps``), with ``iperf`` (given to the coordinator) iperf3 runs from worker 0's host to
 every PS host (each with ``iperf_server``), and the coordinator fetches both into its run
 directory through the same ops (:mod:`tfprofile.harness.pss_handoff`), which ``tfsim
-calibrate`` then reads as a one-host run. This module does not import TensorFlow.
+calibrate`` then reads as a one-host run.
+
+With ``repeat`` N > 1 every task runs N times in step, each time afresh (new servers on the
+same ports, a new coordinator process): once released, each server's ``tfsim collect`` holds
+its task's port until the coordinator's has reported the end of the repetition
+(:mod:`tfprofile.harness.handoff`, which brings every host's load to the coordinator), so that
+the next repetition's coordinator waits for new servers, not the last one's; the coordinator
+writes repetition K's run directory as ``out_dir/rK`` (the summary is ``tfsim``'s). Every
+server says its N in its manifest, and the coordinator refuses a job whose tasks disagree
+before the first step. This module does not import TensorFlow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -38,11 +48,13 @@ import time
 from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError, UsageError
-from tfbase.load import LoadMeter, reaped_children_s
+from tfbase.load import LoadMeter, LoadSample, reaped_children_s
 from tfbase.signals import own_session_dying_with_parent
 from tfprofile.harness.capture import IperfServer, stop_running_captures
 from tfprofile.harness.capture_site import CaptureDuty, pss_capture_duty
+from tfprofile.harness.handoff import Handoff, hand_over, serve_handoff
 from tfprofile.harness.launcher import (
+    INCOMPLETE_SUFFIX,
     CollectConfig,
     _finish_run_dir,
     _read_lines,
@@ -63,15 +75,20 @@ from tfprofile.harness.role_watch import (
     fresh_partial_dir,
     hosts_record,
     publish_run_dir,
+    repetition_name,
+    repetition_text,
     say_host_load,
     step_bar,
+    wait_serving,
     watch_task,
 )
-from tfprofile.harness.tfconfig import ClusterSpec, TaskId, split_address
+from tfprofile.harness.taskcpu import cpu_seconds
+from tfprofile.harness.tfconfig import COORDINATOR_ROLE, ClusterSpec, TaskId, split_address
 
 PROFILER_PORT_OFFSET = 10_000  # a server's profiler port: its gRPC port plus this
 DONE_POLL_S = 0.25
 SERVER_JOBS = ("ps", "worker")
+COORDINATOR_LABEL = TaskId(COORDINATOR_ROLE, 0).label  # the one coordinator, which ends each repetition
 
 
 def profiler_port(address: str) -> int:
@@ -158,59 +175,68 @@ def _start(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) 
 
 def wait_servers(role: RoleOptions) -> None:
     """Wait until every PS's and worker's gRPC port accepts a connection (the coordinator
-    creates their contexts at once), or fail after ``connect_timeout_s`` naming the task."""
-    import socket
-
-    deadline = time.monotonic() + role.connect_timeout_s
-    for task in server_tasks(role.cluster):
-        address = role.cluster.address(task.role, task.index)
-        host, port = split_address(address)
-        while True:
-            try:
-                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)):
-                    break
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise ClusterError(role.task.label, f"{task.label} at {address} is unreachable "
-                                                        f"({exc.strerror or exc}) after {role.connect_timeout_s:g} s "
-                                                        f"(--connect-timeout): is its task started and TCP port "
-                                                        f"{port} open?") from None
-                time.sleep(0.25)
+    creates their contexts at once), or fail after ``connect_timeout_s`` naming the task; in a
+    repeated job, until each serves the next repetition (:func:`wait_serving`)."""
+    wait_serving(role, [(t.label, role.cluster.address(t.role, t.index)) for t in server_tasks(role.cluster)])
 
 
 def run_pss_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
                  overwrite: bool = False) -> Path | None:
-    """Run this host's task of a tf2-pss job; return the run directory (the coordinator) or None."""
+    """Run this host's task of a tf2-pss job (``role.repeat`` times, in step with the other
+    hosts); return the run directory (the coordinator; with repeat, the directory of the
+    repetitions' run directories ``r1``, ``r2``, ...) or None."""
     duty = pss_capture_duty(config, role)
     if role.iperf and not role.task.is_coordinator:
         raise UsageError("iperf", f"in a tf2-pss job the coordinator has worker0's host measure the links: give "
                                   f"it to the coordinator, not to {role.task.label}")
     check_profiler_ports(role.cluster, role.task.label)
     if role.task.is_coordinator:
-        return _run_coordinator(config, role, progress=progress, overwrite=overwrite)
-    _run_server(config, role, duty)
+        if role.repeat == 1:
+            return _run_coordinator(config, role, progress=progress, overwrite=overwrite)
+        return _run_coordinator_repeated(config, role, progress=progress, overwrite=overwrite)
+    server = IperfServer.start(role.iperf_port) if role.iperf_server else None
+    try:
+        for k in range(1, role.repeat + 1):
+            sample = _run_server(config, role, duty, server)
+            say_host_load(role.task.label, sample, repetition_text(role, k))
+            if role.repeat > 1:  # hold the port until the coordinator has ended the repetition too
+                port = split_address(role.cluster.address(role.task.role, role.task.index))[1]
+                serve_handoff(port, Handoff(role.task.label, k, sample.as_dict()), [COORDINATOR_LABEL],
+                              config.startup_timeout_s, relay_to=None)
+            where = f" ({repetition_text(role, k)})" if role.repeat > 1 else ""
+            print(f"tfsim: {role.task.label}: the coordinator is done{where}", file=sys.stderr, flush=True)
+    finally:
+        if server is not None:
+            server.stop()
     return None
 
 
-def _run_server(config: CollectConfig, role: RoleOptions, duty: CaptureDuty) -> None:
+def _run_server(config: CollectConfig, role: RoleOptions, duty: CaptureDuty,
+                iperf_server: IperfServer | None) -> LoadSample:
+    """One run of a PS's or worker's server, until the coordinator releases it: its host's
+    load meanwhile (the iperf3 server's CPU time counted as the task's own: it serves the
+    coordinator's measurement)."""
     done = Path(done_file(role.cluster, role.task))
     done.unlink(missing_ok=True)
     dump = Path(graph_dump_dir(role.cluster)) if role.task.is_chief else None
     if dump is not None:
         shutil.rmtree(dump, ignore_errors=True)
-    takes_part = role.task.is_chief or role.task.role == "ps"  # what the coordinator may ask of a host
-    server = IperfServer.start(role.iperf_port) if role.iperf_server else None
     work, task, handoff = None, None, None
+
+    def own_cpu_s() -> float:
+        served = cpu_seconds(iperf_server.process.pid) if iperf_server is not None else None
+        return reaped_children_s() + (served or 0.0)
+
     try:
-        # tcpdump first, so that it sees every connection the job opens
-        handoff = HandoffHost.open(config, role, duty) if takes_part else None
-        work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
-        (work / "logs").mkdir()
-        task, _ = _start(config, role, work, work)
-        released = _serve_until_released(config, role, task, done, handoff)
-        task.stop()
-        if handoff is not None:
-            handoff.finish(released)
+        with LoadMeter(own_cpu_s) as meter:
+            # tcpdump first, so that it sees every connection the job opens
+            handoff = HandoffHost.open(config, role, duty)
+            work = Path(tempfile.mkdtemp(prefix=f"tfsim-{role.task.label}-"))
+            (work / "logs").mkdir()
+            task, _ = _start(config, role, work, work)
+            released = _serve_until_released(config, role, task, done, handoff)
+            task.stop()  # reaped: its CPU time is counted as the task's own
+        handoff.finish(released)
         if released != SERVERS_DONE:
             raise ClusterError(role.task.label, "the coordinator stopped before the job was done, so this task "
                                                 "stops too (see the coordinator's message)")
@@ -219,15 +245,13 @@ def _run_server(config: CollectConfig, role: RoleOptions, duty: CaptureDuty) -> 
             task.stop()
         if handoff is not None:
             handoff.close()
-        if server is not None:
-            server.stop()
         stop_running_captures()
         done.unlink(missing_ok=True)
         if dump is not None:
             shutil.rmtree(dump, ignore_errors=True)
     if work is not None:
         shutil.rmtree(work, ignore_errors=True)  # kept on failure, for its log
-    print(f"tfsim: {role.task.label}: the coordinator is done", file=sys.stderr, flush=True)
+    return meter.sample
 
 
 def _serve_until_released(config: CollectConfig, role: RoleOptions, task: _Task, done: Path,
@@ -251,8 +275,41 @@ def _serve_until_released(config: CollectConfig, role: RoleOptions, task: _Task,
         time.sleep(DONE_POLL_S)
 
 
-def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool) -> Path:
+def _run_coordinator_repeated(config: CollectConfig, role: RoleOptions, *, progress: bool,
+                              overwrite: bool) -> Path:
+    """The coordinator's ``role.repeat`` runs, each a run directory ``rK`` of ``config.out_dir``
+    (written as ``out_dir`` + :data:`INCOMPLETE_SUFFIX` until the last is complete)."""
+    out = config.out_dir
+    if out.exists() and not overwrite:
+        raise UsageError(out, "already exists; choose another --out or pass --force")
+    partial = out.with_name(out.name + INCOMPLETE_SUFFIX)
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    for k in range(1, role.repeat + 1):
+        _run_coordinator(dataclasses.replace(config, out_dir=partial / repetition_name(k)), role,
+                         progress=progress, overwrite=False, repetition=k)
+    publish_run_dir(partial, out)
+    return out
 
+
+def _end_repetition(config: CollectConfig, role: RoleOptions, own: Handoff) -> dict[str, dict]:
+    """The barrier at the end of a repetition (:mod:`tfprofile.harness.handoff`): tell every
+    server's host, each of which holds its task's port until then, so that the next
+    repetition's servers are new ones; return every host's load by task label."""
+    resolved = role.cluster.resolved()
+    loads = {own.label: own.host_load}
+    for task in server_tasks(role.cluster):
+        answer = hand_over(resolved.address(task.role, task.index), task.label, own, relay=False,
+                           timeout_s=config.startup_timeout_s)
+        loads[answer["label"]] = answer.get("host_load")
+    return {label: loads[label] for label in sorted(loads)}
+
+
+def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool, overwrite: bool,
+                     repetition: int = 0) -> Path:
+    """The coordinator's run; ``repetition`` (from 1) of a repeated job also ends it on every
+    host and records every host's load in run.json."""
     out = config.out_dir
     if out.exists() and not overwrite:
         raise UsageError(out, "already exists; choose another --out or pass --force")
@@ -269,11 +326,16 @@ def _run_coordinator(config: CollectConfig, role: RoleOptions, *, progress: bool
             if not state.finished:
                 raise CollectError(f"the coordinator exited without finishing (log: {task.log_path})")
             task.stop()
-        say_host_load(role.task.label, meter.sample)
+        say_host_load(role.task.label, meter.sample, repetition_text(role, repetition))
         capture, links = read_record(partial)
+        # the servers wait for this before their next repetition: end it first
+        loads = _end_repetition(config, role, Handoff(role.task.label, repetition, meter.sample.as_dict())) \
+            if repetition else None
         extra = {"host_load": meter.sample.as_dict(), "cluster_spec": role.cluster.as_dict(),
                  "cluster_source": role.cluster_source, "task": {"role": role.task.role, "index": 0},
                  "hosts": hosts_record(role), "iperf3_links": links}
+        if repetition:
+            extra.update(repetition={"index": repetition, "of": role.repeat}, host_loads=loads)
         _finish_run_dir(partial, config, role.cluster.resolved().as_dict(), state.batch_size,
                         time.monotonic() - started, capture, extra=extra)
         publish_run_dir(partial, out)

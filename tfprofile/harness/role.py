@@ -31,7 +31,6 @@ import json
 import os
 import queue
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -61,7 +60,7 @@ from tfprofile.harness.capture_site import (
     chief_record,
     ps_hosts,
 )
-from tfprofile.harness.handoff import Handoff, hand_over, handing_over, serve_handoff
+from tfprofile.harness.handoff import Handoff, hand_over, serve_handoff
 from tfprofile.harness.launcher import (
     INCOMPLETE_SUFFIX,
     CollectConfig,
@@ -76,8 +75,11 @@ from tfprofile.harness.role_watch import (
     fresh_partial_dir,
     hosts_record,
     publish_run_dir,
+    repetition_name,
+    repetition_text,
     say_host_load,
     step_bar,
+    wait_serving,
     watch_task,
 )
 from tfprofile.harness.tfconfig import split_address
@@ -118,26 +120,8 @@ def _task_env(config: CollectConfig) -> dict:
 
 def wait_reachable(role: RoleOptions) -> None:
     """Wait until every PS task's gRPC port accepts a TCP connection, or fail after
-    ``connect_timeout_s`` naming the PS that did not answer. A repeated job's PS that is still
-    ending the last repetition (:mod:`tfprofile.harness.handoff`) does not count as reachable,
-    nor as silent: it waits for the other hosts, as long as its own timeout allows."""
-    deadline = time.monotonic() + role.connect_timeout_s
-    for p, address in enumerate(role.cluster.ps):
-        host, port = split_address(address)
-        while True:
-            try:
-                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)) as sock:
-                    if role.repeat == 1 or not handing_over(sock):
-                        break
-                # it waits for another host to end the last repetition: its own timeout bounds that
-                deadline = time.monotonic() + role.connect_timeout_s
-            except OSError as exc:
-                if time.monotonic() > deadline:
-                    raise ClusterError(role.task.label, f"ps{p} at {address} is unreachable "
-                                                        f"({exc.strerror or exc}) after {role.connect_timeout_s:g} s "
-                                                        f"(--connect-timeout): is its task started and TCP port "
-                                                        f"{port} open?") from None
-            time.sleep(0.25)
+    ``connect_timeout_s`` naming the PS that did not answer (:func:`wait_serving`)."""
+    wait_serving(role, [(f"ps{p}", address) for p, address in enumerate(role.cluster.ps)])
 
 
 def _start_task(config: CollectConfig, role: RoleOptions, work: Path, out_dir: Path) -> tuple[_Task, queue.Queue]:
@@ -159,8 +143,6 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
     return the run directory (the chief; with repeat, the directory of the repetitions' run
     directories ``r1``, ``r2``, ...), PS 0's capture directory (PS 0 capturing at the PS) or ``None``."""
     if config.api is TrainingApi.TF2_PSS:
-        if role.repeat != 1:
-            raise UsageError("repeat", "not yet for a tf2-pss job")
         from tfprofile.harness.pss_role import run_pss_task
 
         return run_pss_task(config, role, progress=progress, overwrite=overwrite)
@@ -182,18 +164,13 @@ def run_task(config: CollectConfig, role: RoleOptions, *, progress: bool = True,
             capture_out = config.out_dir / repetition_name(k) if repeated else config.out_dir
             capture_dir = PsCapture.prepare(capture_out, overwrite=False) if capturing and repeated else single_capture
             sample, out = _run_once(config, role, capture_out, capture_dir)
-            say_host_load(role.task.label, sample, _repetition_text(role, k))
+            say_host_load(role.task.label, sample, repetition_text(role, k))
             if repeated:
                 _end_repetition(config, role, Handoff(role.task.label, k, sample.as_dict()))
     finally:
         if server is not None:
             server.stop()
     return config.out_dir if capturing and repeated else out
-
-
-def repetition_name(k: int) -> str:
-    """The directory of repetition ``k`` (from 1) of a repeated job: ``r1``, ``r2``, ..."""
-    return f"r{k}"
 
 
 def _fresh_repeat_dir(out: Path, *, overwrite: bool) -> Path:
@@ -204,10 +181,6 @@ def _fresh_repeat_dir(out: Path, *, overwrite: bool) -> Path:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     return out
-
-
-def _repetition_text(role: RoleOptions, k: int) -> str:
-    return f"repetition {k} of {role.repeat}" if role.repeat > 1 else ""
 
 
 def _run_once(config: CollectConfig, role: RoleOptions, capture_out: Path,
@@ -246,7 +219,8 @@ def _end_repetition(config: CollectConfig, role: RoleOptions, own: Handoff) -> d
     chief's view; the others' is partial)."""
     if role.task.role == "ps":
         port = split_address(role.cluster.ps[role.task.index])[1]
-        loads = serve_handoff(port, own, len(role.cluster.worker), config.startup_timeout_s)
+        workers = [f"worker{i}" for i in range(len(role.cluster.worker))]
+        loads = serve_handoff(port, own, workers, config.startup_timeout_s)
         return {**loads, own.label: own.host_load}
     loads = {own.label: own.host_load}
     for p, address in enumerate(role.cluster.resolved().ps):
@@ -354,7 +328,7 @@ def _run_chief(config: CollectConfig, role: RoleOptions, duty: CaptureDuty, *, p
             if tcpdump is not None:  # tcpdump's CPU time too: it is part of the measurement
                 capture_record = _stop_capture(tcpdump, capture, role, partial)
                 tcpdump = None
-        say_host_load("worker0", meter.sample, _repetition_text(role, repetition))
+        say_host_load("worker0", meter.sample, repetition_text(role, repetition))
         # the PS tasks wait for this before their next repetition: end it first
         loads = _end_repetition(config, role, Handoff("worker0", repetition, meter.sample.as_dict())) \
             if repetition else None

@@ -3,7 +3,9 @@
 
 A task reports its progress on stdout (``PROGRESS_PREFIX`` lines: steps, finished, errors);
 :func:`watch_task` follows it to its end under the run's timeouts, :func:`say_host_load` says
-how loaded its host was, and :func:`hosts_record` is run.json's ``hosts``.
+how loaded its host was, and :func:`hosts_record` is run.json's ``hosts``. :func:`wait_serving`
+waits for the servers a task connects to, and :func:`repetition_name` names a repeated job's
+run directories.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES, LoadSample
+from tfprofile.harness.handoff import handing_over
 from tfprofile.harness.launcher import INCOMPLETE_SUFFIX, CollectConfig, _Task
 from tfprofile.harness.role_options import RoleOptions
 from tfprofile.harness.task import DISAGREEMENT_STATUS
@@ -79,6 +82,41 @@ def _apply(state: TaskProgress, event: dict, bar) -> None:
         state.finished, state.batch_size = True, event["batch_size"]
     elif event["kind"] == "error":
         state.error = event
+
+
+def repetition_name(k: int) -> str:
+    """The directory of repetition ``k`` (from 1) of a repeated job: ``r1``, ``r2``, ..."""
+    return f"r{k}"
+
+
+def repetition_text(role: RoleOptions, k: int) -> str:
+    """``"repetition K of N"`` in a repeated job, else nothing (messages add it)."""
+    return f"repetition {k} of {role.repeat}" if role.repeat > 1 else ""
+
+
+def wait_serving(role: RoleOptions, servers: list[tuple[str, str]]) -> None:
+    """Wait until each of ``servers`` (task label, ``host:port``) accepts a TCP connection, or
+    fail after ``connect_timeout_s`` naming the task that did not answer. In a repeated job a
+    server's host that is still ending the last repetition (:mod:`tfprofile.harness.handoff`)
+    does not count as serving, nor as silent: it waits for the other hosts, as long as its own
+    timeout allows."""
+    deadline = time.monotonic() + role.connect_timeout_s
+    for label, address in servers:
+        host, port = split_address(address)
+        while True:
+            try:
+                with socket.create_connection((host, port), timeout=min(3.0, role.connect_timeout_s)) as sock:
+                    if role.repeat == 1 or not handing_over(sock):
+                        break
+                # it waits for another host to end the last repetition: its own timeout bounds that
+                deadline = time.monotonic() + role.connect_timeout_s
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise ClusterError(role.task.label, f"{label} at {address} is unreachable "
+                                                        f"({exc.strerror or exc}) after {role.connect_timeout_s:g} s "
+                                                        f"(--connect-timeout): is its task started and TCP port "
+                                                        f"{port} open?") from None
+            time.sleep(0.25)
 
 
 def say_host_load(label: str, sample: LoadSample, repetition: str = "") -> None:

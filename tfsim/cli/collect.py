@@ -111,9 +111,10 @@ def register(sub) -> None:
                       help="length of one iperf3 run (default: 3)")
     role.add_argument("--repeat", type=positive_int, default=1, metavar="N",
                       help="run the job N times in step, each time on fresh TF servers (give every task the same "
-                           "N): the chief writes RUN_DIR/r1 ... RUN_DIR/rN, each a run directory, and "
-                           "RUN_DIR/repeats.json, each repetition's throughput and every host's outside load, with "
-                           "mean, min, max, CV and 95%% CI; --api tf1 only (default: 1, one run directory RUN_DIR)")
+                           "N): the chief (with --api tf2-pss the coordinator) writes RUN_DIR/r1 ... RUN_DIR/rN, "
+                           "each a run directory, and RUN_DIR/repeats.json, each repetition's throughput and every "
+                           "host's outside load, with mean, min, max, CV and 95%% CI (default: 1, one run "
+                           "directory RUN_DIR)")
     p.set_defaults(handler=run)
 
 
@@ -129,8 +130,6 @@ def run(args) -> int:
         raise InputError("--repeat", "repeats a job with one task per host: give --role (or TF_CONFIG); on one "
                                      "machine, tfsim lab --repeat measures each point N times")
     if args.api == "tf2-pss":
-        if args.repeat != 1:
-            raise InputError("--repeat", "not yet for --api tf2-pss")
         for flag, given in (("--trace-every", args.trace_every != 1), ("--placement", args.placement != "round_robin")):
             if given:
                 raise InputError(flag, "applies to --api tf1 only (tf2-pss traces a time window: --trace-ms)")
@@ -162,7 +161,7 @@ def run(args) -> int:
         from tfprofile.harness.role import run_task
 
         out = run_task(config, role, progress=not args.no_progress, overwrite=args.force)
-        if out is not None and role.task.is_chief and role.repeat > 1:
+        if out is not None and writes_run and role.repeat > 1:
             from tfsim.repeats import summary_line, write_repeats
 
             print(summary_line(write_repeats(out, role.repeat)), file=sys.stderr, flush=True)
