@@ -2,12 +2,12 @@
 
 ``task_cpu.csv`` holds every task's CPU time when the chief reported its first measured step
 and its last. A PS task's CPU per step is the difference over the steps between: its ops, and
-the gRPC, serialisation and copying that no trace shows. In a TF1 run traced steps count like
-the others: on the lab's recommender a traced step cost the PS 8.6 ms of CPU and an untraced
-one 8.4 ms (the worker pays for recording a trace, not the PS). A tf2-pss run's profiler runs
-on every task and costs the PS too (the lab's recommender: 11.4 ms per step over traced and
-untraced steps, 9.6-10.6 untraced), so such a run is read a third time when its traced steps
-end, and the untraced steps after it give the CPU per step. With the cores the task could use
+the gRPC, serialisation and copying that no trace shows. Recording a trace costs the PS CPU
+too (its share of a TF1 step's statistics; a tf2-pss job's profiler runs on it): on the lab's
+recommender a profile that traced every other step gave 9.7 ms per step where untraced runs
+measured 7.9-8.2 ms. So a run whose traced steps come first is read a third time when they
+end (docs/formats.md §2.3.1), and the untraced steps after that reading give the CPU per
+step. With the cores the task could use
 (``run.json``'s ``task_cpu.limits``) this bounds how many worker-steps per second the PS host
 serves.
 """
@@ -27,8 +27,8 @@ PS_PREFIX = "ps"
 
 def _span(readings: list[tuple[int, float, float]]) -> tuple[tuple[int, float, float], tuple[int, float, float]]:
     """The two readings a task's CPU per step is taken between: the last two, when a run read its
-    tasks a third time as its traced steps ended (a tf2-pss profile, whose profiler costs every task
-    CPU while it traces) and at least MIN_STEPS untraced steps followed; else the first and last.
+    tasks a third time as its traced steps ended (the lab's profiling runs: recording a trace costs
+    the PS CPU) and at least MIN_STEPS untraced steps followed; else the first and last.
 
     Examples
     --------
@@ -44,7 +44,7 @@ def _span(readings: list[tuple[int, float, float]]) -> tuple[tuple[int, float, f
 
 def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
     """CLUSTER.json's ``ps_cpu`` for a collected run, or None when the run has no CPU readings
-    (collected before they existed, with ``--role``, or a TF2 job) or too few steps between them.
+    (collected before they existed, or with ``--role``) or too few steps between them.
 
     The record: ``cpu_s_per_step`` (every PS task together), ``cores`` (the least any PS task
     could use), ``servers``, ``steps`` (the steps between the readings), ``busy_fraction`` (the
