@@ -71,6 +71,11 @@ def test_a_tasks_cpu_time_and_limit_are_read_and_recorded():
     assert lines[0] == "step,time_unix_s,task,cpu_s,slices"
     assert [line.split(",")[0] for line in lines[1:]] == ["4", "24"]
     assert sampler.record() == {"file": TASK_CPU_FILE, "limits": {"ps0": limit.to_json()}}
+    # Every task's limit is read at the first reading, not only the first task's.
+    both = TaskCpuSampler({"ps0": os.getpid(), "ps1": os.getpid()})
+    both.sample(4)
+    both.sample(24)
+    assert both.record()["limits"] == {"ps0": limit.to_json(), "ps1": limit.to_json()}
 
 
 def _run_dir(tmp_path, readings: list[tuple[int, float, float]], *, cores=0.25):

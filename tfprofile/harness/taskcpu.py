@@ -146,10 +146,11 @@ class TaskCpuSampler:
 
     def sample(self, step: int) -> None:
         """Record each task's CPU time now, when the chief has reported step ``step``
-        (counting from 1 with the warm-up steps); the first call also reads the limits."""
+        (counting from 1 with the warm-up steps); the first call also reads every task's limit."""
+        first = not self.rows and not self.limits
         now = time.time()
         for task, pid in self.pids.items():
-            if not self.limits:
+            if first:
                 limit = cpu_limit(pid)
                 if limit is not None:
                     self.limits[task] = limit.to_json()
