@@ -354,7 +354,8 @@ def collect(
                 )
             tasks.append(_Task(role, index, proc, log_path, pid_file))
         chief_task = next(t for t in tasks if (t.role == "coordinator" if pss else t.role == "worker" and t.index == 0))
-        cpu: TaskCpuSampler | None = None  # made at the first reading: a forked task's pid is known by then
+        # The tasks' pids are read at the first reading: a forked task's is known by then.
+        cpu = TaskCpuSampler(lambda: {t.label: t.cpu_pid() for t in tasks})
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=_read_lines, args=(chief_task.process.stdout, lines,
                                                    chief_task.log_path.with_suffix(".progress")), daemon=True).start()
@@ -380,7 +381,6 @@ def collect(
                     if event["step"] in (config.warmup_steps + 1, total):
                         # Twice only, around the measured steps: a reading at every step slowed
                         # the tasks' steps by 7% on the lab (tfprofile/harness/taskcpu.py).
-                        cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
                         cpu.sample(event["step"])
                     first_step_seen = True
                     if bar is not None:
@@ -388,7 +388,6 @@ def collect(
                         bar.set_postfix(step_s=f"{event['wall_s']:.3f}", traced=event["traced"])
                 elif event["kind"] == "untraced":
                     # The traced steps are over: a third reading (docs/formats.md §2.3.1).
-                    cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
                     cpu.sample(event["step"])
                 elif event["kind"] == "finished":
                     finished = True
@@ -431,7 +430,6 @@ def collect(
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
                               "host": "ps0" if config.capture_site is CaptureSite.PS else "worker0",
                               "filter": capture_filter(ports), **counts}
-        cpu = cpu or TaskCpuSampler({t.label: t.cpu_pid() for t in tasks})
         (partial / TASK_CPU_FILE).write_text(cpu.csv_text(), encoding="utf-8")
         launch = {"launch": "fork-server"} if server is not None else {}
         _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record,

@@ -18,11 +18,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import functools
 import io
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 TASK_CPU_FILE = "task_cpu.csv"
@@ -137,12 +138,20 @@ def cpu_reading(pid: int, proc: Path = Path("/proc")) -> tuple[float, int] | Non
 
 class TaskCpuSampler:
     """Every task's CPU time after given steps of the chief (rows of :data:`TASK_CPU_FILE`),
-    and what each task may use."""
+    and what each task may use.
 
-    def __init__(self, pids: Mapping[str, int]):
-        self.pids = dict(pids)
+    ``pids`` maps task labels to process ids, or is a function returning that map, called at
+    the first reading (a task forked by a fork server has its pid only once it runs).
+    """
+
+    def __init__(self, pids: Mapping[str, int] | Callable[[], Mapping[str, int]]):
+        self._pids = pids
         self.rows: list[tuple[int, float, str, float, int]] = []
         self.limits: dict[str, dict] = {}
+
+    @functools.cached_property
+    def pids(self) -> dict[str, int]:
+        return dict(self._pids() if callable(self._pids) else self._pids)
 
     def sample(self, step: int) -> None:
         """Record each task's CPU time now, when the chief has reported step ``step``
