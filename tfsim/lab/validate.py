@@ -255,19 +255,21 @@ def _say(message: str) -> None:
 def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool,
              capture_site: CaptureSite = CaptureSite.CHIEF_WORKER, fork_servers: ForkServers | None = None) -> LabRun:
     profiling = capture and capture_site is CaptureSite.CHIEF_WORKER
-    # A tf2-pss coordinator hands the steps to whichever worker is free: W workers run about
-    # ``steps`` each when it schedules W x ``steps``.
-    pss = {"api": TrainingApi.TF2_PSS, "traced_steps": steps // 2 if profiling else 0,
-           "trace_ms": PSS_PROFILE_TRACE_MS if profiling else PSS_MEASURE_TRACE_MS} if setting.pss else \
-        {"traced_steps": steps // 2} if profiling else {}
+    # The profiling run traces its first half of steps and not the second: the untraced ones
+    # measure what tracing costs the worker (:func:`untraced_step_s`) and the PS's CPU per step
+    # (docs/calibration.md §4.8). A tf2-pss measuring run traces the warm-up's later steps (0).
+    tracing = {"traced_steps": steps // 2} if profiling else {}
+    if setting.pss:
+        tracing = {"api": TrainingApi.TF2_PSS, "traced_steps": steps // 2 if profiling else 0,
+                   "trace_ms": PSS_PROFILE_TRACE_MS if profiling else PSS_MEASURE_TRACE_MS}
     config = CollectConfig(
         out_dir=out, model=setting.model, model_fn=setting.model_fn, batch_size=setting.batch_size,
+        # A tf2-pss coordinator hands the steps to whichever worker is free: W workers run about
+        # ``steps`` each when it schedules W x ``steps``.
         image_size=setting.image_size, steps=steps * workers if setting.pss and not profiling else steps,
         warmup_steps=setting.warmup_steps,
-        # The profiling run traces its first half of steps and not the second: the untraced ones
-        # measure what tracing costs the worker (:func:`untraced_step_s`) and the PS's CPU per step
-        # (docs/calibration.md §4.8); measuring runs (and timeline runs) trace one step only.
-        trace_every=1 if setting.pss or profiling else steps + 1, **pss,
+        # A TF1 measuring run (and a timeline run) traces its first step only.
+        trace_every=1 if setting.pss or profiling else steps + 1, **tracing,
         workers=workers, ps_tasks=setting.profiled_ps if profiling else setting.ps_tasks, intra_op_threads=1,
         inter_op_threads=1, capture=capture,
         capture_site=capture_site, zero_init=True, env=setting.env, iperf_repeats=3 if profiling else 0,
