@@ -43,40 +43,55 @@ def scale_computation(profile: Profile, factor: float) -> Profile:
 
 def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfer, steps: int = 80,
                       warmup: int | None = None, *, colocation=None, cores: float | None = None,
-                      statistic: str = "median") -> float:
+                      statistic: str = "median", replicas: int = 1) -> float:
     """The model's median (or, with ``statistic="mean"``, mean) step time with one worker, over
     ``steps`` steps after ``warmup`` (default: a quarter of them, at most 10), on the hosts
     ``colocation``/``cores`` describe (as :func:`simulate.predict` takes them; default: no
-    limit on cores). The mean is what sets throughput: 1 / mean step time."""
+    limit on cores). The mean is what sets throughput: 1 / mean step time.
+
+    With ``replicas`` = K > 1, K runs with seeds 0..K-1 (as :func:`simulate.predict`'s
+    replicas): the mean step of the replicas' mean throughput, 1 / mean(1 / mean step), or the
+    mean of their medians. A profile whose traced steps differ widely gives each seed's sample
+    of them its own mean (a tf2-pss tiny job on 0.33-core hosts: 5 seeds from -4% to +6%)."""
     from simulate.workers import run_in_child
 
     if statistic not in STATISTICS:
         raise UsageError("statistic", f"must be one of {', '.join(STATISTICS)}, not {statistic!r}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise UsageError("replicas", f"must be a whole number of at least 1, not {replicas!r}")
     warmup = min(10, steps // 4) if warmup is None else warmup
     hosts = host_model(colocation, cores)
     if hosts is not None and callable(hosts):
         hosts = hosts(1, max(profile.graph.n_servers, 1))
-    config = SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup, colocation=hosts)
-    return run_in_child(_step_statistic_s, profile, cluster, config, statistic)
+    configs = [SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup, colocation=hosts, seed=seed)
+               for seed in range(replicas)]
+    return run_in_child(_step_statistic_s, profile, cluster, configs, statistic)
 
 
 STATISTICS = ("median", "mean")
 
 
-def _step_statistic_s(profile: Profile, cluster: ClusterModel, config: SimConfig, statistic: str) -> float:
-    """One simulation's median or mean step time (run in a child process: compiled code)."""
+def _step_statistic_s(profile: Profile, cluster: ClusterModel, configs: list[SimConfig], statistic: str) -> float:
+    """The simulations' median or mean step time, combined over the configurations' seeds as
+    :func:`one_worker_step_s` says (run in a child process: compiled code)."""
     from simulate.engine import run
     from simulate.prepare import prepare
     from simulate.results import step_times_s
 
-    times = step_times_s(run(prepare(profile, cluster), cluster, config))
-    return float(np.mean(times) if statistic == "mean" else np.median(times))
+    prepared = prepare(profile, cluster)
+    values = []
+    for config in configs:
+        times = step_times_s(run(prepared, cluster, config))
+        values.append(np.mean(times) if statistic == "mean" else np.median(times))
+    if statistic == "mean":
+        return float(1.0 / np.mean(1.0 / np.asarray(values)))
+    return float(np.mean(values))
 
 
 def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step_s: float, *,
                           transfer: Transfer | None = None, iterations: int = 30, colocation=None,
                           cores: float | None = None, statistic: str = "median", steps: int = 80,
-                          warmup: int | None = None) -> float:
+                          warmup: int | None = None, replicas: int = 1) -> float:
     """The factor for :func:`scale_computation` that makes the model's one-worker step time
     ``untraced_step_s``, in either direction (bisection; the step time grows with the factor).
 
@@ -90,10 +105,11 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
     is a mean: it is what throughput follows). ``steps``/``warmup``: the simulated run the fit
     matches (as :func:`one_worker_step_s`); a profile whose traced steps differ widely (some met
     a throttled CPU quota) gives a mean that moves with the steps sampled, so fit over as many
-    as the prediction simulates.
+    as the prediction simulates, and over as many ``replicas`` (seeds 0..K-1) as it averages.
     """
     transfer = transfer or Transfer(cluster.default_transfer)
-    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic, "steps": steps, "warmup": warmup}
+    hosts = {"colocation": colocation, "cores": cores, "statistic": statistic, "steps": steps, "warmup": warmup,
+             "replicas": replicas}
     low, high = 0.0, 1.0
     if one_worker_step_s(profile, cluster, transfer, **hosts) < untraced_step_s:
         low, high = 1.0, MAX_SCALE

@@ -11,7 +11,7 @@ import pytest
 from simulate.config import Colocation, TaskHosts
 from tfbase.errors import InputError, UsageError
 from tfbase.load import LoadSample, machine_busy_s
-from tfsim.lab.validate import LabSetting, measurement_stats, read_settings
+from tfsim.lab.validate import LabSetting, measurement_stats, read_settings, untraced_step_s
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
@@ -118,6 +118,40 @@ def test_repeated_measurements_are_summarised_with_their_spread():
     assert stats["ci95"] == pytest.approx(4.302653 * 10 / 3 ** 0.5, rel=1e-3)  # Student t, 2 dof
     single = measurement_stats([5.0])
     assert single["cv"] == 0.0 and single["ci95"] != single["ci95"]  # nan: one run has no interval
+
+
+def _write_run(run_dir, api, rows):
+    import json
+
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"config": {"api": api}}))
+    lines = ["worker,step,measured,traced,start_unix_s,wall_s"]
+    lines += [f"0,{step},1,{traced},{start:.6f},{wall:.6f}" for step, traced, start, wall in rows]
+    (run_dir / "step_times.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_the_untraced_step_of_a_tf2_pss_run_is_its_tail_after_the_settling_steps(tmp_path):
+    """Start to start over consecutive untraced steps of the last run of consecutive step numbers:
+    neither the traced phase's steps that ended after the trace (traced 0, before the gap the
+    settling steps leave) nor the pair across the gap count."""
+    rows = [(3, 1, 10.00, 0.01), (4, 1, 10.02, 0.01), (5, 0, 10.04, 0.05), (6, 0, 10.20, 0.05),  # after the trace
+            (9, 0, 11.00, 0.01), (10, 0, 11.03, 0.01), (11, 0, 11.05, 0.01)]  # 7 and 8 settled, left out
+    _write_run(tmp_path / "pss", "tf2-pss", rows)
+    assert untraced_step_s(tmp_path / "pss") == pytest.approx(0.025)
+    # an older run without a gap: every pair of consecutive untraced steps
+    _write_run(tmp_path / "old", "tf2-pss", rows[:4] + [(7, 0, 10.30, 0.01)])
+    assert untraced_step_s(tmp_path / "old") == pytest.approx((0.16 + 0.10) / 2)
+    # a tf1 run: the untraced steps' own wall times
+    _write_run(tmp_path / "tf1", "tf1", rows)
+    assert untraced_step_s(tmp_path / "tf1") == pytest.approx((0.05 * 2 + 0.01 * 3) / 5)
+
+
+def test_the_profiling_run_of_a_tf2_pss_setting_is_longer():
+    assert LabSetting("s", "tiny", 32, 100_000_000).profiling_steps == 24
+    assert LabSetting("s", "tiny", 32, 100_000_000, api="tf2-pss").profiling_steps == 48
+    assert LabSetting("s", "tiny", 32, 100_000_000, api="tf2-pss", profile_steps=16).profiling_steps == 16
+    with pytest.raises(UsageError, match="profile_steps"):
+        LabSetting("s", "tiny", 32, 100_000_000, profile_steps=0)
 
 
 def test_default_quotas_share_the_machine_at_the_largest_w(monkeypatch):

@@ -6,6 +6,7 @@ import pytest
 from simulate.cluster import ClusterModel
 from simulate.config import Transfer
 from simulate.untrace import MAX_SCALE, fit_computation_scale, one_worker_step_s, scale_computation
+from tfbase.errors import UsageError
 from tfprofile.dag import Resource
 
 CLUSTER = ClusterModel.from_bandwidth(1.25e9)  # 10 Gbit: computation is most of the step
@@ -61,3 +62,21 @@ def test_the_fit_matches_the_run_it_is_given_and_leaves_the_dispatch_alone(bundl
                                    warmup=20)
     assert one_worker_step_s(scale_computation(profile, factor), CLUSTER, Transfer.GRPC, steps=200, warmup=20,
                              statistic="mean") == pytest.approx(target, rel=1e-3)
+
+
+def test_the_fit_over_replicas_matches_the_mean_throughput_of_the_seeds(bundled_profile):
+    """With replicas, the fitted model's one-worker throughput, averaged over seeds 0..K-1 as
+    the prediction averages it, is the untraced step's; one seed's alone is not."""
+    from simulate.sweep import predict
+
+    profile = bundled_profile("tiny_tf2pss")
+    options = {"transfer": Transfer.GRPC, "statistic": "mean", "steps": 60, "warmup": 10}
+    target = 0.9 * one_worker_step_s(profile, CLUSTER, **options)
+    factor = fit_computation_scale(profile, CLUSTER, target, replicas=3, **options)
+    fitted = scale_computation(profile, factor)
+    frame = predict(fitted, CLUSTER, workers=[1], transfer="grpc", steps=60, warmup=10, replicas=3, jobs=1)
+    assert float(frame["throughput_eps"].iloc[0]) == pytest.approx(profile.batch_size / target, rel=2e-3)
+    assert one_worker_step_s(fitted, CLUSTER, **options, replicas=3) == pytest.approx(target, rel=1e-3)
+    assert one_worker_step_s(fitted, CLUSTER, **options, replicas=1) != pytest.approx(target, rel=1e-3)
+    with pytest.raises(UsageError, match="replicas"):
+        one_worker_step_s(profile, CLUSTER, Transfer.GRPC, replicas=0)

@@ -60,6 +60,13 @@ WORKER_NAME_PATTERN = r"(?s)^tfsim-worker([0-9]+)\s*$"
 _PR_SET_NAME = 15
 # Time the profiler servers take to start a trace once asked (measured here: well under this).
 TRACE_START_S = 0.5
+# After a trace, each task still pays for it: writing and sending its XSpace, and, under a CPU
+# quota, the throttled periods that work leaves behind (a lab tiny job at 0.33 core: the first
+# step after the trace took 85 ms where the others took 16-60). Steps run this long after the
+# trace has ended are left out of the measured ones, so that the untraced steps and the third
+# CPU reading measure the job, not the trace's after-effects; several of the kernel's 100 ms
+# quota periods.
+POST_TRACE_SETTLE_S = 0.3
 # How long a failed coordinator tries to tell the servers' hosts that it stopped.
 RELEASE_WAIT_S = 10.0
 
@@ -373,9 +380,20 @@ def _coordinate(tf, spec: dict, strategy, coordinator) -> int:
         scheduled = [coordinator.schedule(step, args=(indices,)) for _ in range(count)]
         for remote in scheduled:
             worker, began, ended = (float(x) for x in remote.fetch())
-            results.append((int(worker), began, ended))
+            results.append((int(worker), began, ended, True))
             done += 1
             emit_progress("step", step=done, total=total, wall_s=round(ended - began, 6), traced=0)
+
+    def settle() -> None:
+        # Rounds of one step per worker until POST_TRACE_SETTLE_S after the trace's end, at least
+        # one. They keep their step numbers and are left out of step_times.csv, so that no pair
+        # of consecutive rows spans them (the untraced steps' times are taken over such pairs).
+        while True:
+            for remote in [coordinator.schedule(step, args=(indices,)) for _ in spec["cluster"]["worker"]]:
+                worker, began, ended = (float(x) for x in remote.fetch())
+                results.append((int(worker), began, ended, False))
+            if time.time() - trace_window["end"] >= POST_TRACE_SETTLE_S:
+                return
 
     warm_up(traced_warmup)
     run(traced_count)
@@ -384,6 +402,7 @@ def _coordinate(tf, spec: dict, strategy, coordinator) -> int:
     if "error" in trace_window:
         raise RuntimeError(f"the profiler trace failed: {trace_window['error']}")
     if traced_count and measured > traced_count:
+        settle()
         # The profiler costs every task CPU while it traces: the launcher reads the tasks' CPU
         # here too, so that calibration can take the PS's CPU per step from untraced steps.
         emit_progress("untraced", step=done)
@@ -407,11 +426,12 @@ def _coordinate(tf, spec: dict, strategy, coordinator) -> int:
     window = (trace_window["start"] + TRACE_START_S, trace_window["end"])
     per_worker: dict[int, int] = {}
     rows = []
-    for worker, began, ended in sorted(results, key=lambda r: (r[0], r[1])):
+    for worker, began, ended, kept in sorted(results, key=lambda r: (r[0], r[1])):
         k = per_worker.get(worker, warmup)
         per_worker[worker] = k + 1
         inside = int(window[0] <= began and ended <= window[1])
-        rows.append((worker, k, 1, inside, f"{began:.6f}", f"{ended - began:.6f}"))
+        if kept:
+            rows.append((worker, k, 1, inside, f"{began:.6f}", f"{ended - began:.6f}"))
     for w in range(len(spec["cluster"]["worker"])):
         mine = [r for r in rows if r[0] == w]
         (out / f"step_times.worker{w}.csv").write_text(step_times_csv(mine), encoding="utf-8")

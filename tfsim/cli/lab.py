@@ -68,8 +68,8 @@ def register(sub) -> None:
     job.add_argument("--image-size", type=int, default=0, help="image models: input size (default: the model's)")
     job.add_argument("--grpc-options", metavar="OPTS",
                      help="gRPC channel options for every task (TF_GRPC_DEFAULT_OPTIONS), e.g. a pinned window")
-    job.add_argument("--profile-steps", type=positive_int, default=24,
-                     help="steps of the profiling run, every other one traced (default: 24)")
+    job.add_argument("--profile-steps", type=positive_int,
+                     help="steps of the profiling run, the first half traced (default: 24; 48 for --api tf2-pss)")
     job.add_argument("--measure-steps", type=positive_int, default=60,
                      help="measured steps per run (default: 60; the last half count)")
     hosts = p.add_argument_group("hosts")

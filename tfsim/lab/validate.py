@@ -86,7 +86,7 @@ class LabSetting:
     workers: tuple[int, ...] = (1, 2, 3, 4)
     ps_tasks: int = 1
     grpc_options: str | None = None
-    profile_steps: int = 24  # half of them untraced: the one-worker correction fits their mean
+    profile_steps: int | None = None  # default: profiling_steps; half of them untraced
     measure_steps: int = 60
     warmup_steps: int = 3
     model_fn: str | None = None
@@ -120,7 +120,7 @@ class LabSetting:
             raise UsageError("profile_ps", f"must be from 1 to the measured runs' {self.ps_tasks} PS, "
                                            f"not {self.profile_ps}")
         for name in ("profile_steps", "measure_steps", "batch_size"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
         self.transport()
         if self.timeline and self.ps_tasks != 1:
@@ -164,6 +164,14 @@ class LabSetting:
                      + ([quotas.coordinator_cores] if self.pss else []), MACHINE_CORES)
         return quotas
 
+    @property
+    def profiling_steps(self) -> int:
+        """The profiling run's steps: ``profile_steps``, or the API's default (the first half
+        traced, the rest untraced: the one-worker correction fits their mean)."""
+        if self.profile_steps is not None:
+            return self.profile_steps
+        return PSS_PROFILE_STEPS if self.pss else TF1_PROFILE_STEPS
+
     def hosts_text(self) -> str:
         if self.colocated:
             return f"co-located on {MACHINE_CORES:g} cores"
@@ -179,6 +187,12 @@ LAB_APIS = ("tf1", "tf2-pss")  # as tfsim collect --api
 # one-worker correction fits their mean); a measuring run needs no profile, and its short window
 # runs idle before the measured steps.
 PSS_PROFILE_TRACE_MS = 1500
+# The profiling run's steps, half of them traced. A tf2-pss step on a quota host varies from
+# one 100 ms quota period to the next (a tiny job at 0.33 core: 16 to 60 ms), and the
+# untraced half's mean is the one-worker correction's target: 24 untraced steps there, 12 for
+# a tf1 job, whose traced steps are the profile's samples and whose untraced ones vary less.
+TF1_PROFILE_STEPS = 24
+PSS_PROFILE_STEPS = 48
 PSS_MEASURE_TRACE_MS = 200
 MIN_QUOTA_CORES = 0.05
 
@@ -287,14 +301,22 @@ def untraced_step_s(run_dir: Path) -> float | None:
     median of 111 ms, a mean of 120 ms). A tf2-pss run's step times are the worker's own span,
     without the coordinator's dispatch before it, which its profile models as an op
     (:func:`tfprofile.pssrun.dispatch_gap_s`): there the step is the time from one untraced
-    step's start to the next one's."""
+    step's start to the next one's, within each worker's last run of consecutively numbered
+    steps: the untraced ones after the settling steps that follow the trace, which the run
+    leaves out (docs/formats.md §2.8). Steps of the traced phase that ended after the trace
+    are untraced too, but ran while the tasks were still paying for it."""
 
     with open(run_dir / "step_times.csv", newline="") as handle:
         rows = [r for r in csv.DictReader(handle) if r["measured"] == "1"]
     if json.loads((run_dir / "run.json").read_text()).get("config", {}).get("api") == "tf2-pss":
         rows.sort(key=lambda r: (int(r["worker"]), int(r["step"])))
-        walls = [float(b["start_unix_s"]) - float(a["start_unix_s"]) for a, b in zip(rows, rows[1:])
-                 if a["worker"] == b["worker"] and int(b["step"]) == int(a["step"]) + 1
+        pairs = [(a, b) for a, b in zip(rows, rows[1:]) if a["worker"] == b["worker"]]
+        tail_start: dict[str, int] = {}  # per worker: the first step of its last run of consecutive steps
+        for a, b in pairs:
+            if int(b["step"]) != int(a["step"]) + 1:
+                tail_start[b["worker"]] = int(b["step"])
+        walls = [float(b["start_unix_s"]) - float(a["start_unix_s"]) for a, b in pairs
+                 if int(b["step"]) == int(a["step"]) + 1 and int(a["step"]) >= tail_start.get(a["worker"], 0)
                  and a["traced"] == b["traced"] == "0"]
     else:
         walls = [float(r["wall_s"]) for r in rows if r["traced"] == "0"]
@@ -452,7 +474,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     out_dir.mkdir(parents=True, exist_ok=True)
     _say(f"[{setting.name}] profiling with {setting.profiled_ps} PS and 1 worker (capture + iperf3; "
          f"{setting.hosts_text()}; {setting.transport().describe()})")
-    run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profile_steps, capture=True,
+    run_dir = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profiling_steps, capture=True,
                        progress=progress, fork_servers=fork_servers).run_dir
     # A rate above what the link can carry is recorded (CLUSTER.json link_ceiling) and said, not
     # fatal: the setting's runs are already measured.
@@ -475,7 +497,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     # with the sample where the traced steps differ widely (a tf2-pss profile under a quota of a
     # third of a core: 18-72 ms; 80 steps gave a mean 17% below 400 steps').
     scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=predict_steps,
-                                  warmup=min(50, predict_steps // 5), **hosts) if target else 1.0
+                                  warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
+                                  **hosts) if target else 1.0
     profile = scale_computation(profile, scale)
     _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
          f"({target * 1e3 if target else float('nan'):.1f} ms): tracing's own cost")
