@@ -176,6 +176,18 @@ def test_exact_rational_reference_on_a_small_case():
         assert np.max(np.abs(fast.step_end_s - exact) / exact) < 1e-12
 
 
+@pytest.mark.parametrize("transfer", [Transfer.HTTP2, Transfer.GRPC])
+def test_a_link_clock_moved_back_past_its_limit_keeps_every_end(transfer):
+    """A link's virtual clock (docs/model.md §7.4) is moved back to 0 once it passes 2^30 bytes
+    while chunks are on it: here worker 0 alone moves 1.34e9 bytes before worker 1 joins, and
+    the link is never idle until the last end. Every step ends as the reference's."""
+    gib = 2 ** 30
+    profile = make_profile(resource=[0, 1, 2, 3], server=[0, -1, 0, 0], size=[gib + gib // 2, 0, gib // 4, 0],
+                           durations=[[0, 2.0 ** -3, 0, 2.0 ** -4]], edges=[(0, 1), (1, 2), (2, 3)])
+    config = SimConfig(workers=3, transfer=transfer, steps=2, warmup=0, start_offsets_s=(0.0, 10.0, 10.5))
+    assert engine_vs_reference(profile, config, cluster=ClusterModel(2.0 ** 27, 2.0 ** 27, win_bytes=2 ** 22)) < 1e-9
+
+
 def chain(size_bytes, compute_s, update_s):
     """downlink -> compute -> uplink -> update: the four phases of TPDS's sync model."""
     return make_profile(resource=[0, 1, 2, 3], server=[0, -1, 0, 0], size=[size_bytes, 0, size_bytes, 0],
