@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Re-predict a lab directory's points with the flow model of the tfsim on ``sys.path``, against the
-same measurements: ``python bench/lab_flow_judge.py LAB_DIR OUT.csv [SETTING,...]``.
+same measurements: ``python bench/lab_flow_judge.py LAB_DIR OUT.csv [SETTING,...] [--refit]``.
 
 For every setting of LAB_DIR/results.csv: ``simulate.predict(transfer="grpc")`` of the setting's
 saved (corrected) profile on its CLUSTER.json, 400 steps, 5 replicas, each task on a host of the
 lab's quota (max(1, q) model cores, docs/model.md §4.3), the PS CPU bound where the calibration
 has one, as the lab predicts. Prints each point's error beside the one the lab published (the
 model of its day) and the summary; writes OUT.csv. Run it with ``PYTHONPATH`` at a worktree to
-judge a model change on saved measurements. A study tool, not part of tfsim.
+judge a model change on saved measurements. ``--refit`` fits the one-worker correction again
+as the tfsim on ``sys.path`` does (``profile.npz``'s own factor taken out, the target from the
+setting's saved ``profile-run``), to judge a change of the correction. A study tool, not part
+of tfsim.
 """
 
 from __future__ import annotations
@@ -20,15 +23,18 @@ import pandas as pd
 from simulate.cluster_file import load_cluster
 from simulate.config import TaskHosts
 from simulate.sweep import predict
+from simulate.untrace import fit_computation_scale, scale_computation
 from tfprofile.profile_io import load_profile
-from tfsim.lab.validate import CLOSE_ENOUGH, PREDICT_REPLICAS
+from tfsim.lab.validate import CLOSE_ENOUGH, PREDICT_REPLICAS, untraced_step_s
 
 STEPS, WARMUP = 400, 50
 
 
 def main() -> None:
-    lab, out = Path(sys.argv[1]), sys.argv[2]
-    only = sys.argv[3].split(",") if len(sys.argv) > 3 else None
+    refit = "--refit" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--refit"]
+    lab, out = Path(args[0]), args[1]
+    only = args[2].split(",") if len(args) > 2 else None
     results = pd.read_csv(lab / "results.csv")
     rows = []
     for setting, group in results.groupby("setting", sort=False):
@@ -39,6 +45,14 @@ def main() -> None:
         cluster = load_cluster(lab / setting / "CLUSTER.json")
         hosts = TaskHosts(worker_cores=max(1.0, float(first["worker_cores"])),
                           ps_cores=max(1.0, float(first["ps_cores"])))
+        if refit:
+            profile = scale_computation(profile, 1.0 / profile.meta.get("computation_scale", 1.0))
+            target = untraced_step_s(lab / setting / "profile-run")
+            scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=STEPS, warmup=WARMUP,
+                                          replicas=PREDICT_REPLICAS, colocation=hosts)
+            profile = scale_computation(profile, scale)
+            print(f"{setting}: computation scaled by {scale:.3f} (lab {float(first['computation_scale']):.3f})",
+                  flush=True)
         frame = predict(profile, cluster, workers=[int(w) for w in group["workers"]], transfer="grpc", steps=STEPS,
                         warmup=WARMUP, replicas=PREDICT_REPLICAS, colocation=hosts, jobs=2)
         for (_, row), predicted in zip(group.iterrows(), frame["throughput_eps"]):
