@@ -104,8 +104,11 @@ def test_tf2_pss_lab_end_to_end(tmp_path):
     profile_run = json.loads((tmp_path / "tiny-100mbit" / "profile-run" / "run.json").read_text())
     assert profile_run["config"]["traced_steps"] == 6 and profile_run["link"]["rate_bit_s"] == 100_000_000
     with open(tmp_path / "tiny-100mbit" / "profile-run" / "step_times.csv") as handle:
-        traced = [s["traced"] for s in csv.DictReader(handle)]
+        rows = list(csv.DictReader(handle))
+    traced, numbers = [s["traced"] for s in rows], [int(s["step"]) for s in rows]
     assert len(traced) == 12 and traced[-6:] == ["0"] * 6  # the one-worker correction fits the untraced ones
+    # The settling steps after the trace are left out but keep their numbers: a gap before the untraced ones.
+    assert numbers[6] > numbers[5] + 1 and numbers[6:] == list(range(numbers[6], numbers[6] + 6))
     # The tasks' CPU read a third time as the trace ended: the PS's CPU per step is the untraced steps'.
     with open(tmp_path / "tiny-100mbit" / "profile-run" / "task_cpu.csv") as handle:
         readings = sorted({int(r["step"]) for r in csv.DictReader(handle) if r["task"] == "ps0"})
