@@ -326,6 +326,22 @@ def wait_for_tasks(proc: subprocess.Popen, out: Path) -> None:
     assert up and proc.poll() is None, "the lab never started its tasks"
 
 
+def kill_a_runs_task(proc: subprocess.Popen, out: Path, label: str, attempts: int = 5) -> None:
+    """SIGKILL task ``label`` of a lab run. A run of the quick preset lasts seconds, so the run
+    whose tasks were seen up can end before the kill (CI saw it once): then the next run's."""
+    for _ in range(attempts):
+        wait_for_tasks(proc, out)
+        pid = task_pid(out, label)
+        if pid is None:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            return
+        except ProcessLookupError:
+            continue
+    pytest.fail(f"no run's {label} could be killed in {attempts} runs")
+
+
 def lab_namespaces_of(pid: int) -> set[str]:
     return {ns for ns in list_namespaces() if ns.startswith(f"tfsimlab-{pid}-")}
 
@@ -335,8 +351,7 @@ def test_lab_ps_killed(clean_state):
     out = clean_state / "lab"
     proc = start_lab(out)
     try:
-        wait_for_tasks(proc, out)
-        os.kill(task_pid(out, "ps0"), signal.SIGKILL)
+        kill_a_runs_task(proc, out, "ps0")
         _, err = proc.communicate(timeout=120)
     finally:
         stop(proc)
