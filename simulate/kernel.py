@@ -263,7 +263,7 @@ def _event_loop(inp, st, out):
     G = n_workers * inp.n_slots
     coupled = inp.n_servers > 1 and (inp.share == Share.PS or inp.share == Share.FLOW_CAP)
     # Every chunk on a link has the same rate unless shares are coupled across servers or go to
-    # the first worker (FCFS): then a link keeps one clock for all its chunks (docs/model.md §2.5).
+    # the first worker (FCFS): then a link keeps one clock for all its chunks (docs/model.md §7.4).
     virtual = not coupled and inp.share != Share.FCFS
     n_act = 0
     for w in range(n_workers):
@@ -1141,13 +1141,13 @@ def _queue_ahead(inp, st, link, window, virtual, now):
         clock = links.vt[link] + links.vrate[link] * (now - links.vt_s[link])
         for j in range(links.lh_n[link]):
             ahead += min(window, max(chunks.vfin[links.lh_entry[link, j]] - clock, 0.0))
-        return min(ahead, inp.link_buffer_bytes[link])
-    s = links.slot[link]
-    for j in range(links.n[link]):
-        g = links.workers[link, j] * inp.n_slots + s
-        if chunks.op[g] >= 0:
-            left = chunks.rem[g] - chunks.rate[g] * (now - chunks.set_s[g])
-            ahead += min(window, max(left, 0.0))
+    else:
+        s = links.slot[link]
+        for j in range(links.n[link]):
+            g = links.workers[link, j] * inp.n_slots + s
+            if chunks.op[g] >= 0:
+                left = chunks.rem[g] - chunks.rate[g] * (now - chunks.set_s[g])
+                ahead += min(window, max(left, 0.0))
     # The link's buffer holds no more: what the windows would queue beyond it is dropped and
     # waits at its sender instead (docs/model.md §4.5).
     return min(ahead, inp.link_buffer_bytes[link])

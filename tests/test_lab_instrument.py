@@ -1,6 +1,7 @@
 """The lab as a measuring instrument: emulated hosts (cgroups), repeated measurements, outside
 load, settings files, and the host model that predicts for the same hosts."""
 
+import json
 import os
 import subprocess
 import sys
@@ -121,8 +122,6 @@ def test_repeated_measurements_are_summarised_with_their_spread():
 
 
 def _write_run(run_dir, api, rows):
-    import json
-
     run_dir.mkdir()
     (run_dir / "run.json").write_text(json.dumps({"config": {"api": api}}))
     lines = ["worker,step,measured,traced,start_unix_s,wall_s"]
