@@ -40,6 +40,7 @@ _PUBLIC = {
     "Transfer": "simulate.config",
     "Enforcement": "simulate.config",
     "TieOrder": "simulate.config",
+    "Placement": "simulate.config",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -88,9 +88,17 @@ class TieOrder(enum.Enum):
     INDEX = "index"        # ascending op index: the engine's own order, as before there was a choice
 
 
+class Placement(enum.Enum):
+    """How variables are placed over M parameter servers when a profile is re-partitioned
+    (docs/model.md §2.2): TensorFlow's two strategies for ``replica_device_setter``."""
+
+    ROUND_ROBIN = "round_robin"  # variable i (creation order) on server i mod M: TensorFlow's default
+    GREEDY = "greedy"            # each variable on the server holding the fewest bytes so far
+
+
 def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
-    """The member of ``kind`` (``Mode``, ``Sharing``, ``Transfer``, ``Enforcement``, ``TieOrder``) named by
-    ``text``, or a one-line UsageError naming ``parameter``."""
+    """The member of ``kind`` (``Mode``, ``Sharing``, ``Transfer``, ``Enforcement``, ``TieOrder``,
+    ``Placement``) named by ``text``, or a one-line UsageError naming ``parameter``."""
     for member in kind:
         if member.value == text:
             return member

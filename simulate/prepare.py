@@ -9,9 +9,10 @@ Preparation is where the model's assumptions become data:
   no extra op is added: a zero-length op could still queue behind others and change
   the result.
 - **Parameter-server what-if** (ICPE §5): re-partition the variables over ``servers`` PS
-  tasks with TensorFlow's greedy rule (each variable, in creation order, to the server
-  holding the fewest bytes; ties to the lowest index) and move every op that reads,
-  updates or carries a variable to its new server.
+  tasks as TensorFlow's ``replica_device_setter`` places them (round robin in creation order,
+  its default, or its greedy rule: each variable to the server holding the fewest bytes;
+  ties to the lowest index) and move every op that reads, updates or carries a variable to
+  its new server.
 - **All-reduce** (TPDS §3.2.2): downlinks carry nothing and every uplink carries
   ``2 (K - 1) / K * size`` bytes at the full link rate.
 - **The RPC chain** (docs/model.md §2.9), when the cluster has one: per server, four message
@@ -38,7 +39,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel, OverheadPlacement
 from simulate.codes import ParseLane
-from simulate.config import Mode
+from simulate.config import Mode, Placement
 from tfbase.errors import InputError, UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
 from tfprofile.tictac import recorded_order
@@ -134,8 +135,21 @@ def greedy_partition(sizes_bytes: np.ndarray, servers: int) -> np.ndarray:
     return out
 
 
-def repartition_servers(profile: Profile, servers: int) -> np.ndarray:
-    """Each op's server after re-partitioning the variables over ``servers`` PS tasks.
+def round_robin_partition(n_variables: int, servers: int) -> np.ndarray:
+    """TensorFlow's default PS placement (``replica_device_setter`` without a ``ps_strategy``):
+    variable i, in creation order, goes to server ``i mod servers``, whatever its size.
+
+    Examples
+    --------
+    >>> round_robin_partition(5, 2).tolist()
+    [0, 1, 0, 1, 0]
+    """
+    return (np.arange(n_variables) % servers).astype(np.int16)
+
+
+def repartition_servers(profile: Profile, servers: int, placement: Placement = Placement.ROUND_ROBIN) -> np.ndarray:
+    """Each op's server after re-partitioning the variables over ``servers`` PS tasks, placed
+    as ``placement`` says (the profile's variable table is in creation order).
 
     Ops that carry a variable follow it; PS ops and transfers without one (control tokens,
     the learning rate, the global-step update's constant) take the server of their first
@@ -146,7 +160,12 @@ def repartition_servers(profile: Profile, servers: int) -> np.ndarray:
         raise UsageError("servers", f"needs at least 1 parameter server, not {servers}")
     if len(profile.variables) == 0:
         raise UsageError("servers", "re-partitioning needs the profile's variable table (variables.json)")
-    var_server = greedy_partition(profile.variables.size_bytes, servers)
+    if not isinstance(placement, Placement):
+        raise UsageError("placement", f"must be a Placement, not {placement!r}")
+    if placement is Placement.GREEDY:
+        var_server = greedy_partition(profile.variables.size_bytes, servers)
+    else:
+        var_server = round_robin_partition(len(profile.variables), servers)
     new = np.where(graph.resource == Resource.WORKER, -1, 0).astype(np.int16)
     has_var = graph.variable >= 0
     new[has_var & (graph.resource != Resource.WORKER)] = var_server[graph.variable[has_var & (
@@ -190,17 +209,19 @@ def prepare(
     mode: Mode = Mode.ASYNC,
     servers: int | None = None,
     priorities: Mapping[str, float] | np.ndarray | None = None,
+    placement: Placement = Placement.ROUND_ROBIN,
 ) -> SimGraph:
     """Build the :class:`SimGraph` for ``profile`` on ``cluster`` (see the module docstring).
 
-    ``servers`` re-partitions the variables over that many PS tasks (None: as profiled).
+    ``servers`` re-partitions the variables over that many PS tasks (None: as profiled),
+    placed as ``placement`` says.
     ``priorities`` maps transfer names (or gives one value per profile op) to priorities.
     """
     graph = profile.graph
     server = graph.server.copy()
     n_servers = max(graph.n_servers, 1)
     if servers is not None and servers != graph.n_servers:
-        server = repartition_servers(profile, servers)
+        server = repartition_servers(profile, servers, placement)
         n_servers = servers
     prio = _priorities(graph, priorities)
 

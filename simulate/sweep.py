@@ -32,6 +32,7 @@ from simulate.config import (
     Enforcement,
     Mode,
     PacketNetwork,
+    Placement,
     Sharing,
     SimConfig,
     TieOrder,
@@ -91,7 +92,8 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                  seed: int = 0, flow_cap_Bps: float | None = None, colocation=None, stagger: float = 0.0,
                  trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None,
                  enforcement: Enforcement = Enforcement.WORK_CONSERVING,
-                 tie_order: TieOrder = TieOrder.INDEX, network: PacketNetwork | None = None) -> SimRun:
+                 tie_order: TieOrder = TieOrder.INDEX, network: PacketNetwork | None = None,
+                 placement: Placement = Placement.ROUND_ROBIN) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
@@ -105,7 +107,7 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
     if colocation is not None and callable(colocation):
         colocation = colocation(scenario.workers, scenario.servers or max(profile.graph.n_servers, 1))
     graph = prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode, servers=scenario.servers,
-                    priorities=scenario.priorities)
+                    priorities=scenario.priorities, placement=placement)
     config = SimConfig(workers=scenario.workers, mode=scenario.mode, sharing=scenario.sharing,
                        transfer=scenario.transfer, steps=steps, warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps,
                        colocation=colocation, trace_steps=trace_steps,
@@ -133,7 +135,8 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                           colocation=options.get("colocation"), stagger=options.get("stagger", 0.0),
                           worker_speed=options.get("worker_speed"),
                           enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
-                          tie_order=options.get("tie_order", TieOrder.INDEX), network=options.get("network"))
+                          tie_order=options.get("tie_order", TieOrder.INDEX), network=options.get("network"),
+                          placement=options.get("placement", Placement.ROUND_ROBIN))
     graph = result.graph
     efficiency = math.nan
     if with_efficiency and scenario.transfer is not Transfer.PACKET:
@@ -176,7 +179,7 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
                     colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                     stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
                     tie_order: str | TieOrder = TieOrder.INDEX, workers_parameter: str = "workers",
-                    steps_parameter: str = "steps") -> dict:
+                    steps_parameter: str = "steps", placement: str | Placement = Placement.ROUND_ROBIN) -> dict:
     """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
     that set W and the steps; the arguments of :func:`simulate_one` that run it."""
     check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
@@ -190,8 +193,10 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
     colocation = host_model(colocation, cores)
     enforcement = _as_member(Enforcement, enforcement, "enforcement")
     tie_order = _as_member(TieOrder, tie_order, "tie_order")
+    placement = _as_member(Placement, placement, "placement")
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
-               "stagger": stagger, "max_steps": steps, "enforcement": enforcement, "tie_order": tie_order}
+               "stagger": stagger, "max_steps": steps, "enforcement": enforcement, "tie_order": tie_order,
+               "placement": placement}
     if scenario.transfer is Transfer.AUTO:  # a traced run records chunks: the flow model's
         scenario = resolve_auto(scenario, cluster, options, traced=True)
     _check_scenario(profile, cluster, scenario, options)
@@ -199,14 +204,15 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
                  workers_parameter)
     return {"profile": profile, "cluster": cluster, "scenario": scenario, "steps": steps, "warmup": 0, "seed": seed,
             "flow_cap_Bps": flow_cap_Bps, "colocation": colocation, "stagger": stagger, "trace_steps": steps,
-            "enforcement": enforcement, "tie_order": tie_order}
+            "enforcement": enforcement, "tie_order": tie_order, "placement": placement}
 
 
 def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfer: str, priorities: Mapping,
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-               tie_order: str | TieOrder = TieOrder.INDEX) -> SimRun:
+               tie_order: str | TieOrder = TieOrder.INDEX,
+               placement: str | Placement = Placement.ROUND_ROBIN) -> SimRun:
     """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
     :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
 
@@ -220,7 +226,7 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
                                 sharing=sharing, mode=mode, servers=servers, cores=cores, colocation=colocation,
                                 steps=steps, seed=seed,
                                 flow_cap_Bps=flow_cap_Bps, stagger=stagger, enforcement=enforcement,
-                                tie_order=tie_order)
+                                tie_order=tie_order, placement=placement)
     return run_in_child(_traced, arguments)
 
 
@@ -599,7 +605,8 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
         if scenario.transfer is Transfer.PRIORITY and options.get("enforcement") is Enforcement.STRICT:
             # A deadlocking order is refused here, not in a worker process after others ran.
             check_strict_order(prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode,
-                                       servers=scenario.servers, priorities=scenario.priorities))
+                                       servers=scenario.servers, priorities=scenario.priorities,
+                                       placement=options.get("placement", Placement.ROUND_ROBIN)))
 
 
 def _as_member(kind: type[enum.Enum], value, parameter: str):
@@ -636,6 +643,7 @@ def plan_sweep(
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     tie_order: str | TieOrder = TieOrder.INDEX,
     network: PacketNetwork | None = None,
+    placement: str | Placement = Placement.ROUND_ROBIN,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -704,7 +712,8 @@ def plan_sweep(
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
                "worker_speed": worker_speed, "replicas": int(replicas),
                "enforcement": _as_member(Enforcement, enforcement, "enforcement"),
-               "tie_order": _as_member(TieOrder, tie_order, "tie_order"), "network": network}
+               "tie_order": _as_member(TieOrder, tie_order, "tie_order"), "network": network,
+               "placement": _as_member(Placement, placement, "placement")}
     scenarios = [resolve_auto(sc, cluster, options) if sc.transfer is Transfer.AUTO else sc for sc in scenarios]
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
@@ -742,6 +751,7 @@ def predict(
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     tie_order: str | TieOrder = TieOrder.INDEX,
     network: PacketNetwork | None = None,
+    placement: str | Placement = Placement.ROUND_ROBIN,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
@@ -765,8 +775,8 @@ def predict(
     workers : int, iterable of int or str
         Worker counts: ``4``, ``[1, 2, 4]`` or ``"1-16"``, ``"1,2,4-8"``.
     servers : int, iterable of int or None
-        Parameter-server counts to re-partition the variables over (greedy by bytes, as
-        TensorFlow's ``GreedyLoadBalancingStrategy``); ``None`` keeps the profile's placement.
+        Parameter-server counts to re-partition the variables over, placed as ``placement``
+        says; ``None`` keeps the profile's placement.
     mode : {"async", "sync", "allreduce"} or Mode
         How the workers synchronise (docs/model.md §2.6).
     sharing : str, Sharing or a list of them
@@ -824,6 +834,10 @@ def predict(
     network : PacketNetwork, optional
         The transport of the ``packet`` transfer model (docs/model.md §12): congestion
         control, segment size, least RTO, windows. Default: ``PacketNetwork()``.
+    placement : {"round_robin", "greedy"} or Placement
+        How ``servers`` re-places the variables (docs/model.md §2.2), as TensorFlow's
+        ``replica_device_setter`` does: ``round_robin`` (its default: variable i on server
+        i mod M, in creation order) or ``greedy`` (each on the server holding the fewest bytes).
     jobs : int
         Parallel processes.
     progress : bool
@@ -873,7 +887,8 @@ def predict(
                       warmup=warmup, seed=seed, flow_cap_Bps=flow_cap_Bps, colocation=colocation, cores=cores,
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
                       worker_speed=worker_speed, replicas=replicas,
-                      enforcement=enforcement, tie_order=tie_order, network=network).run(jobs=jobs, progress=progress,
+                      enforcement=enforcement, tie_order=tie_order, network=network,
+                      placement=placement).run(jobs=jobs, progress=progress,
                                                                         executor=executor, journal=journal,
                                                                         resume=resume)
 

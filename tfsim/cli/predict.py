@@ -35,8 +35,12 @@ def register(sub) -> None:
     p.add_argument("profile", type=Path, metavar="PROFILE")
     add_cluster_options(p)
     p.add_argument("--ps", dest="servers", type=positive_int, metavar="M",
-                   help="re-partition the variables over M parameter servers with TensorFlow's greedy rule "
+                   help="re-partition the variables over M parameter servers, placed as --placement says "
                         "(default: as profiled)")
+    p.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
+                   help="how --ps places the variables, as TensorFlow's replica_device_setter does: round_robin "
+                        "(default, TensorFlow's own: variable i on server i mod M, in creation order, whatever "
+                        "its size) or greedy (each variable on the server holding the fewest bytes so far)")
     add_mode_option(p)
     p.add_argument("--sharing", default="ps", help="link sharing: ps, fcfs, hybrid, flow_cap (default: ps)")
     p.add_argument("--transfer", default=None,
@@ -183,13 +187,14 @@ def run(args) -> int:
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
             stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed), replicas=args.replicas,
-            enforcement=args.enforcement, tie_order=args.tie_order,
+            enforcement=args.enforcement, tie_order=args.tie_order, placement=args.placement,
             network=PacketNetwork(congestion_control=CongestionControl[args.packet_cc.upper()]))
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
                              cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,
                              flow_cap_Bps=flow_cap,
-                             stagger=args.stagger, enforcement=args.enforcement, tie_order=args.tie_order)
+                             stagger=args.stagger, enforcement=args.enforcement, tie_order=args.tie_order,
+                             placement=args.placement)
         if trace_out is not None:
             plan_traced_run(profile, cluster, **trace_options, workers_parameter="trace_workers",
                             steps_parameter="trace_steps")
@@ -208,8 +213,14 @@ def run(args) -> int:
         settings = prediction_settings(enforcement, tie_order)
         for sentence in settings_sentences(enforcement, tie_order):
             print(sentence, file=out)
+        if args.servers is not None:
+            print(f"variables re-placed over {args.servers} parameter server(s) "
+                  f"{'round robin' if args.placement == 'round_robin' else 'greedily by bytes'} "
+                  f"(--placement {args.placement})", file=out)
         print(format_table(frame), file=out)
         extra = dict(settings)
+        if args.servers is not None:
+            extra["placement"] = args.placement
         if frame["policy"].nunique() > 1 and len(sharings) == 1:
             summary = ordering_summary(frame)
             print(file=out)

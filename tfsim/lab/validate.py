@@ -508,7 +508,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         capture.unlink()
 
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
-    # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2).
+    # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2),
+    # round robin: the placement the lab's runs use (collect's default, TensorFlow's own).
     servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
                     steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
