@@ -179,7 +179,7 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
                     colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                     stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
                     tie_order: str | TieOrder = TieOrder.INDEX, workers_parameter: str = "workers",
-                    steps_parameter: str = "steps", placement: str | Placement = Placement.ROUND_ROBIN) -> dict:
+                    steps_parameter: str = "steps", placement: str | Placement | None = None) -> dict:
     """Check a traced run (see :func:`traced_run`) before anything runs, naming the parameters
     that set W and the steps; the arguments of :func:`simulate_one` that run it."""
     check_traced_run(profile, workers, steps, workers_parameter=workers_parameter, steps_parameter=steps_parameter)
@@ -193,7 +193,7 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
     colocation = host_model(colocation, cores)
     enforcement = _as_member(Enforcement, enforcement, "enforcement")
     tie_order = _as_member(TieOrder, tie_order, "tie_order")
-    placement = _as_member(Placement, placement, "placement")
+    placement = profile_placement(profile, placement)
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
                "stagger": stagger, "max_steps": steps, "enforcement": enforcement, "tie_order": tie_order,
                "placement": placement}
@@ -211,8 +211,7 @@ def traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, transfe
                sharing: str = "ps", mode: str = "async", servers: int | None = None, cores: float | None = None,
                colocation=None, steps: int = 3, seed: int = 0, flow_cap_Bps: float | None = None,
                stagger: float = 1.0, enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
-               tie_order: str | TieOrder = TieOrder.INDEX,
-               placement: str | Placement = Placement.ROUND_ROBIN) -> SimRun:
+               tie_order: str | TieOrder = TieOrder.INDEX, placement: str | Placement | None = None) -> SimRun:
     """Simulate ``steps`` steps per worker of one configuration, recording every chunk (a
     :class:`~simulate.engine.SimRun` with a ``trace``), for timelines and Gantt pictures.
 
@@ -609,6 +608,15 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
                                        placement=options.get("placement", Placement.ROUND_ROBIN)))
 
 
+def profile_placement(profile: Profile, placement: str | Placement | None) -> Placement:
+    """The placement a re-partition uses: ``placement`` when given, else the profiled job's own
+    (``profile.meta["placement"]``, from its run.json), else TensorFlow's default, round robin."""
+    if placement is None:
+        recorded = profile.meta.get("placement")
+        return Placement(recorded) if recorded in {p.value for p in Placement} else Placement.ROUND_ROBIN
+    return _as_member(Placement, placement, "placement")
+
+
 def _as_member(kind: type[enum.Enum], value, parameter: str):
     """``value`` as a member of ``kind`` (itself, or its value), or a UsageError naming ``parameter``."""
     if isinstance(value, kind):
@@ -643,7 +651,7 @@ def plan_sweep(
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     tie_order: str | TieOrder = TieOrder.INDEX,
     network: PacketNetwork | None = None,
-    placement: str | Placement = Placement.ROUND_ROBIN,
+    placement: str | Placement | None = None,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -713,7 +721,7 @@ def plan_sweep(
                "worker_speed": worker_speed, "replicas": int(replicas),
                "enforcement": _as_member(Enforcement, enforcement, "enforcement"),
                "tie_order": _as_member(TieOrder, tie_order, "tie_order"), "network": network,
-               "placement": _as_member(Placement, placement, "placement")}
+               "placement": profile_placement(profile, placement)}
     scenarios = [resolve_auto(sc, cluster, options) if sc.transfer is Transfer.AUTO else sc for sc in scenarios]
     checked = set()
     for scenario in sorted(scenarios, key=lambda sc: -sc.workers):  # the largest first: its limits bind first
@@ -751,7 +759,7 @@ def predict(
     enforcement: str | Enforcement = Enforcement.WORK_CONSERVING,
     tie_order: str | TieOrder = TieOrder.INDEX,
     network: PacketNetwork | None = None,
-    placement: str | Placement = Placement.ROUND_ROBIN,
+    placement: str | Placement | None = None,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
@@ -834,10 +842,11 @@ def predict(
     network : PacketNetwork, optional
         The transport of the ``packet`` transfer model (docs/model.md §12): congestion
         control, segment size, least RTO, windows. Default: ``PacketNetwork()``.
-    placement : {"round_robin", "greedy"} or Placement
+    placement : {"round_robin", "greedy"}, Placement or None
         How ``servers`` re-places the variables (docs/model.md §2.2), as TensorFlow's
         ``replica_device_setter`` does: ``round_robin`` (its default: variable i on server
         i mod M, in creation order) or ``greedy`` (each on the server holding the fewest bytes).
+        ``None``: as the profiled job placed them (its run.json's ``placement``), else round robin.
     jobs : int
         Parallel processes.
     progress : bool

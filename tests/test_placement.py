@@ -3,6 +3,7 @@ TensorFlow's ``replica_device_setter`` does by default, or greedy by bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from simulate.sweep import predict
 from tfbase.errors import UsageError
 from tfprofile.dag import Resource
 from tfprofile.profile_io import load_profile
+from tfprofile.rundir import profile_from_run_dir
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 TINY = DATA / "profiles" / "tiny.npz"
@@ -80,3 +82,18 @@ def test_predict_records_the_placement_and_refuses_an_unknown_one(tmp_path, caps
     assert json.loads(out.read_text())["placement"] == "greedy"
     code, _, stderr = run(["predict", TINY, "--cluster", LAB, "--ps", "2", "--placement", "by_size"], capsys)
     assert code == 2 and "--placement" in stderr and "Traceback" not in stderr
+
+
+def test_without_a_placement_the_profiled_jobs_own_is_followed():
+    profile = load_profile(TINY)
+    cluster = load_cluster(LAB)
+    greedy_job = dataclasses.replace(profile, meta={**profile.meta, "placement": "greedy"})
+    kwargs = dict(workers=2, servers=2, steps=60, warmup=10)
+    assert predict(greedy_job, cluster, **kwargs)["throughput_eps"].iloc[0] == \
+        predict(profile, cluster, placement="greedy", **kwargs)["throughput_eps"].iloc[0]
+    assert predict(profile, cluster, **kwargs)["throughput_eps"].iloc[0] == \
+        predict(profile, cluster, placement="round_robin", **kwargs)["throughput_eps"].iloc[0]
+
+
+def test_a_profile_records_how_its_run_placed_the_variables():
+    assert profile_from_run_dir(DATA / "runs" / "tiny").meta["placement"] == "round_robin"

@@ -216,6 +216,8 @@ def profile_from_run_dir(path: str | os.PathLike) -> Profile:
         "image_size": config.get("image_size"),
         "intra_op_threads": config.get("intra_op_threads"),
         "inter_op_threads": config.get("inter_op_threads"),
+        # How the job placed its variables over PS tasks: re-partitioning follows it (docs/model.md §2.2).
+        "placement": config.get("placement"),
         "cluster": run_dir.run.get("cluster"),
         "versions": run_dir.run.get("versions"),
         "machine": run_dir.run.get("machine"),

@@ -37,10 +37,11 @@ def register(sub) -> None:
     p.add_argument("--ps", dest="servers", type=positive_int, metavar="M",
                    help="re-partition the variables over M parameter servers, placed as --placement says "
                         "(default: as profiled)")
-    p.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
+    p.add_argument("--placement", choices=("round_robin", "greedy"), default=None,
                    help="how --ps places the variables, as TensorFlow's replica_device_setter does: round_robin "
-                        "(default, TensorFlow's own: variable i on server i mod M, in creation order, whatever "
-                        "its size) or greedy (each variable on the server holding the fewest bytes so far)")
+                        "(TensorFlow's default: variable i on server i mod M, in creation order, whatever its "
+                        "size) or greedy (each variable on the server holding the fewest bytes so far) (default: "
+                        "as the profiled job placed them, collect --placement; round_robin if not recorded)")
     add_mode_option(p)
     p.add_argument("--sharing", default="ps", help="link sharing: ps, fcfs, hybrid, flow_cap (default: ps)")
     p.add_argument("--transfer", default=None,
@@ -125,7 +126,7 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
-    from simulate.config import CongestionControl, Enforcement, PacketNetwork, TieOrder
+    from simulate.config import CongestionControl, Enforcement, PacketNetwork, Placement, TieOrder
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -214,13 +215,14 @@ def run(args) -> int:
         for sentence in settings_sentences(enforcement, tie_order):
             print(sentence, file=out)
         if args.servers is not None:
+            placement = sweep.options["placement"]
             print(f"variables re-placed over {args.servers} parameter server(s) "
-                  f"{'round robin' if args.placement == 'round_robin' else 'greedily by bytes'} "
-                  f"(--placement {args.placement})", file=out)
+                  f"{'round robin' if placement is Placement.ROUND_ROBIN else 'greedily by bytes'} "
+                  f"(--placement {placement.value})", file=out)
         print(format_table(frame), file=out)
         extra = dict(settings)
         if args.servers is not None:
-            extra["placement"] = args.placement
+            extra["placement"] = sweep.options["placement"].value
         if frame["policy"].nunique() > 1 and len(sharings) == 1:
             summary = ordering_summary(frame)
             print(file=out)
