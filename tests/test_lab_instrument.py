@@ -331,7 +331,29 @@ def test_a_many_ps_setting_can_be_profiled_with_one_ps(tmp_path, monkeypatch):
     path = tmp_path / "m.toml"
     path.write_text('[[setting]]\nmodel = "tiny"\nrate = "100mbit"\nps = 2\nprofile_ps = 1\n')
     (read,) = read_settings(path)
-    assert (read.ps_tasks, read.profiled_ps) == (2, 1)
+    assert (read.ps_tasks, read.profiled_ps, read.placement) == (2, 1, "round_robin")
+
+
+def test_a_setting_places_its_variables_as_it_says(tmp_path, monkeypatch):
+    """placement: the lab's runs place their variables so (collect's --placement), and the
+    prediction follows the profiling run's placement (docs/model.md §2.2)."""
+    import tfsim.lab.validate as validate
+
+    setting = LabSetting("g", "tiny", 32, 100_000_000, workers=(1, 2), ps_tasks=2, profile_ps=1, placement="greedy")
+    seen = []
+    monkeypatch.setattr(validate, "collect_in_lab", lambda config, *args, **kwargs: seen.append(config.placement))
+    validate._collect(setting, tmp_path / "p", workers=1, steps=4, capture=True, progress=False)
+    validate._collect(setting, tmp_path / "m", workers=2, steps=4, capture=False, progress=False)
+    assert seen == ["greedy", "greedy"]
+    for bad, api in (("by_size", "tf1"), ("greedy", "tf2-pss")):
+        with pytest.raises(UsageError) as err:
+            LabSetting("s", "tiny", 32, 100_000_000, ps_tasks=2, placement=bad, api=api)
+        assert err.value.source == "placement"
+    path = tmp_path / "bad.toml"
+    path.write_text('[[setting]]\nmodel = "tiny"\nrate = "100mbit"\nps = 2\nplacement = "by_size"\n')
+    with pytest.raises(InputError) as err:
+        read_settings(path)
+    assert str(path) in str(err.value) and "placement" in str(err.value)
 
 
 def test_the_matrix_preset_is_the_published_matrix():

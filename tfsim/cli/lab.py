@@ -49,7 +49,7 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, api, packet)")
+                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, placement, api, packet)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -65,6 +65,9 @@ def register(sub) -> None:
     job.add_argument("--profile-ps", type=positive_int, metavar="N",
                      help="profile and calibrate with N PS (e.g. 1) while the measured runs have --ps: the "
                           "prediction re-places the profile's variables over --ps servers (default: --ps)")
+    job.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
+                     help="how the jobs place their variables over the PS tasks, as tfsim collect --placement "
+                          "(tf1 only; default: round_robin, TensorFlow's); the prediction places them the same way")
     job.add_argument("--image-size", type=int, default=0, help="image models: input size (default: the model's)")
     job.add_argument("--grpc-options", metavar="OPTS",
                      help="gRPC channel options for every task (TF_GRPC_DEFAULT_OPTIONS), e.g. a pinned window")
@@ -135,7 +138,8 @@ def settings_of(args) -> tuple[str, list]:
             rate_bit = int(parse_rate(text, "rate") * 8)
             settings.append(LabSetting(
                 f"{label}-{text.lower()}", args.model or label, args.batch, rate_bit, image_size=args.image_size,
-                workers=workers, ps_tasks=args.ps, profile_ps=args.profile_ps, grpc_options=args.grpc_options,
+                workers=workers, ps_tasks=args.ps, profile_ps=args.profile_ps, placement=args.placement,
+                grpc_options=args.grpc_options,
                 profile_steps=args.profile_steps, measure_steps=args.measure_steps, model_fn=args.model_fn,
                 api=args.api))
     else:

@@ -102,6 +102,7 @@ class LabSetting:
     profile_ps: int | None = None
     api: str = "tf1"
     packet: bool = False
+    placement: str = "round_robin"
 
     def __post_init__(self) -> None:
         if self.api not in LAB_APIS:
@@ -116,6 +117,10 @@ class LabSetting:
             raise UsageError("workers", f"worker counts must be at least 1, not {self.workers}")
         if self.ps_tasks < 1:
             raise UsageError("ps_tasks", f"must be at least 1, not {self.ps_tasks}")
+        if self.placement not in PLACEMENTS:
+            raise UsageError("placement", f"must be one of {', '.join(PLACEMENTS)}, not {self.placement!r}")
+        if self.api == "tf2-pss" and self.placement != "round_robin":
+            raise UsageError("placement", "a tf2-pss job places its variables itself (round robin): greedy is tf1's")
         if self.profile_ps is not None and not 1 <= self.profile_ps <= self.ps_tasks:
             raise UsageError("profile_ps", f"must be from 1 to the measured runs' {self.ps_tasks} PS, "
                                            f"not {self.profile_ps}")
@@ -182,6 +187,7 @@ class LabSetting:
 
 MACHINE_CORES = float(os.cpu_count() or 1)
 LAB_APIS = ("tf1", "tf2-pss")  # as tfsim collect --api
+PLACEMENTS = ("round_robin", "greedy")  # as tfsim collect --placement
 # A tf2-pss run traces a time window, not steps (docs/formats.md §2.8). The profiling run traces
 # its first half of steps in a window this long (the rest run untraced once it has ended: the
 # one-worker correction fits their mean); a measuring run needs no profile, and its short window
@@ -249,7 +255,8 @@ PREDICT_REPLICAS = 5
 PACKET_STEPS = 120
 PACKET_COLUMNS = ("predicted_packet_eps", "error_packet", "inside_packet", "predicted_auto_eps", "error_auto",
                   "inside_auto")
-RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "window", "transport", "hosts",
+RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "placement", "window",
+                  "transport", "hosts",
                   "ps_cores", "worker_cores",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
                   "measured_ci95_eps", "measured_runs_eps", "measured_per_worker_sum_eps", "finish_spread_s",
@@ -284,7 +291,8 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
         warmup_steps=setting.warmup_steps,
         # A TF1 measuring run (and a timeline run) traces its first step only.
         trace_every=1 if setting.pss or profiling else steps + 1, **tracing,
-        workers=workers, ps_tasks=setting.profiled_ps if profiling else setting.ps_tasks, intra_op_threads=1,
+        workers=workers, ps_tasks=setting.profiled_ps if profiling else setting.ps_tasks, placement=setting.placement,
+        intra_op_threads=1,
         inter_op_threads=1, capture=capture,
         capture_site=capture_site, zero_init=True, env=setting.env, iperf_repeats=3 if profiling else 0,
         iperf_seconds=2.0, timeout_s=1800.0,
@@ -509,7 +517,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2),
-    # round robin: the placement the lab's runs use (collect's default, TensorFlow's own).
+    # as the profiling run placed its variables (the setting's placement, in the profile's meta).
     servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
                     steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
@@ -534,7 +542,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         rows.append({
             "setting": setting.name, "api": setting.api, "model": setting.model, "batch": setting.batch_size,
             "rate_mbit": setting.rate_bit / 1e6, "ps": setting.ps_tasks, "profile_ps": setting.profiled_ps,
-            "window": "65535 (pinned)" if setting.grpc_options else "default",
+            "placement": setting.placement, "window": "65535 (pinned)" if setting.grpc_options else "default",
             "transport": setting.transport().describe(),
             "hosts": "co-located" if setting.colocated else "quota",
             "ps_cores": quotas.ps_cores, "worker_cores": quotas.worker_cores, "workers": w,
