@@ -53,7 +53,8 @@ def main() -> None:
             profile = scale_computation(profile, scale)
             print(f"{setting}: computation scaled by {scale:.3f} (lab {float(first['computation_scale']):.3f})",
                   flush=True)
-        frame = predict(profile, cluster, workers=[int(w) for w in group["workers"]], transfer="grpc", steps=STEPS,
+        frame = predict(profile, cluster, workers=[int(w) for w in group["workers"]], servers=int(first.get("ps", 1)),
+                        transfer="grpc", steps=STEPS,
                         warmup=WARMUP, replicas=PREDICT_REPLICAS, colocation=hosts, jobs=2)
         for (_, row), predicted in zip(group.iterrows(), frame["throughput_eps"]):
             measured = float(row["measured_eps"])

@@ -85,7 +85,8 @@ def main() -> None:
         started = time.time()
         hosts = TaskHosts(worker_cores=max(1.0, float(first["worker_cores"])),
                           ps_cores=max(1.0, float(first["ps_cores"])))
-        frame = predict(profile, cluster, workers=workers, transfer="packet", steps=args.steps,
+        frame = predict(profile, cluster, workers=workers, servers=int(first.get("ps", 1)), transfer="packet",
+                        steps=args.steps,
                         warmup=args.steps // 6, replicas=args.seeds, colocation=hosts, network=network,
                         jobs=args.jobs)
         for (_, row), predicted in zip(group[group["workers"].isin(workers)].iterrows(), frame["throughput_eps"]):
