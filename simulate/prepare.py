@@ -39,7 +39,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel, OverheadPlacement
 from simulate.codes import ParseLane
-from simulate.config import Mode, Placement
+from simulate.config import Mode, Placement, parse_enum
 from tfbase.errors import InputError, UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
 from tfprofile.tictac import recorded_order
@@ -147,6 +147,28 @@ def round_robin_partition(n_variables: int, servers: int) -> np.ndarray:
     return (np.arange(n_variables) % servers).astype(np.int16)
 
 
+def profile_placement(profile: Profile, placement: str | Placement | None = None) -> Placement:
+    """The placement a re-partition uses: ``placement`` when given, else the profiled job's own
+    (``profile.meta["placement"]``, from its run.json), else TensorFlow's default, round robin.
+
+    Examples
+    --------
+    >>> import tfprofile
+    >>> profile_placement(tfprofile.load_profile("data/profiles/tiny.npz")).value
+    'round_robin'
+    >>> profile_placement(tfprofile.load_profile("data/profiles/tiny.npz"), "greedy").value
+    'greedy'
+    """
+    if placement is None:
+        recorded = profile.meta.get("placement")
+        return Placement(recorded) if recorded in {p.value for p in Placement} else Placement.ROUND_ROBIN
+    if isinstance(placement, Placement):
+        return placement
+    if isinstance(placement, str):
+        return parse_enum(Placement, placement, "placement")
+    raise UsageError("placement", f"must be 'round_robin' or 'greedy', not {placement!r}")
+
+
 def repartition_servers(profile: Profile, servers: int, placement: Placement = Placement.ROUND_ROBIN) -> np.ndarray:
     """Each op's server after re-partitioning the variables over ``servers`` PS tasks, placed
     as ``placement`` says (the profile's variable table is in creation order).
@@ -209,19 +231,19 @@ def prepare(
     mode: Mode = Mode.ASYNC,
     servers: int | None = None,
     priorities: Mapping[str, float] | np.ndarray | None = None,
-    placement: Placement = Placement.ROUND_ROBIN,
+    placement: str | Placement | None = None,
 ) -> SimGraph:
     """Build the :class:`SimGraph` for ``profile`` on ``cluster`` (see the module docstring).
 
     ``servers`` re-partitions the variables over that many PS tasks (None: as profiled),
-    placed as ``placement`` says.
+    placed as ``placement`` says (None: as the profiled job placed them, :func:`profile_placement`).
     ``priorities`` maps transfer names (or gives one value per profile op) to priorities.
     """
     graph = profile.graph
     server = graph.server.copy()
     n_servers = max(graph.n_servers, 1)
     if servers is not None and servers != graph.n_servers:
-        server = repartition_servers(profile, servers, placement)
+        server = repartition_servers(profile, servers, profile_placement(profile, placement))
         n_servers = servers
     prio = _priorities(graph, priorities)
 

@@ -45,7 +45,7 @@ from simulate.config import (
 from simulate.engine import SimRun, run
 from simulate.executors import parse_executor
 from simulate.packet_replay import check_packet_scenario, packet_sim_run
-from simulate.prepare import _priorities, check_strict_order, prepare
+from simulate.prepare import _priorities, check_strict_order, prepare, profile_placement
 from simulate.results import ROW_COLUMNS, efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
@@ -93,7 +93,7 @@ def simulate_one(profile: Profile, cluster: ClusterModel, scenario: Scenario, *,
                  trace_steps: int = 0, worker_speed: WorkerSpeeds | None = None,
                  enforcement: Enforcement = Enforcement.WORK_CONSERVING,
                  tie_order: TieOrder = TieOrder.INDEX, network: PacketNetwork | None = None,
-                 placement: Placement = Placement.ROUND_ROBIN) -> SimRun:
+                 placement: Placement | None = None) -> SimRun:
     """Prepare and simulate one scenario; the raw :class:`~simulate.engine.SimRun`.
 
     ``colocation`` is a :class:`~simulate.config.Colocation`, or a callable of (workers,
@@ -136,7 +136,7 @@ def _single_run(profile: Profile, cluster: ClusterModel, scenario: Scenario, sha
                           worker_speed=options.get("worker_speed"),
                           enforcement=options.get("enforcement", Enforcement.WORK_CONSERVING),
                           tie_order=options.get("tie_order", TieOrder.INDEX), network=options.get("network"),
-                          placement=options.get("placement", Placement.ROUND_ROBIN))
+                          placement=options.get("placement"))
     graph = result.graph
     efficiency = math.nan
     if with_efficiency and scenario.transfer is not Transfer.PACKET:
@@ -605,16 +605,7 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
             # A deadlocking order is refused here, not in a worker process after others ran.
             check_strict_order(prepare(profile, cluster, workers=scenario.workers, mode=scenario.mode,
                                        servers=scenario.servers, priorities=scenario.priorities,
-                                       placement=options.get("placement", Placement.ROUND_ROBIN)))
-
-
-def profile_placement(profile: Profile, placement: str | Placement | None) -> Placement:
-    """The placement a re-partition uses: ``placement`` when given, else the profiled job's own
-    (``profile.meta["placement"]``, from its run.json), else TensorFlow's default, round robin."""
-    if placement is None:
-        recorded = profile.meta.get("placement")
-        return Placement(recorded) if recorded in {p.value for p in Placement} else Placement.ROUND_ROBIN
-    return _as_member(Placement, placement, "placement")
+                                       placement=options.get("placement")))
 
 
 def _as_member(kind: type[enum.Enum], value, parameter: str):
