@@ -106,6 +106,21 @@ def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
     raise UsageError(parameter, f"unknown {kind.__name__.lower()} {text!r}; choose from {choices}")
 
 
+
+def as_member(kind: type[enum.Enum], value, parameter: str) -> enum.Enum:
+    """``value`` as a member of ``kind`` (itself, or its value), or a UsageError naming ``parameter``.
+
+    Examples
+    --------
+    >>> as_member(Placement, "greedy", "placement")
+    <Placement.GREEDY: 'greedy'>
+    """
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        return parse_enum(kind, value, parameter)
+    raise UsageError(parameter, f"must be {' or '.join(repr(m.value) for m in kind)}, not {value!r}")
+
 @dataclasses.dataclass(frozen=True)
 class Colocation:
     """Tasks that share a host's cores (docs/model.md §4.3): computation there is processor-shared.

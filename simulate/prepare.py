@@ -39,7 +39,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel, OverheadPlacement
 from simulate.codes import ParseLane
-from simulate.config import Mode, Placement, parse_enum
+from simulate.config import Mode, Placement, as_member
 from tfbase.errors import InputError, UsageError
 from tfprofile.dag import OpGraph, Profile, Resource
 from tfprofile.tictac import recorded_order
@@ -162,11 +162,7 @@ def profile_placement(profile: Profile, placement: str | Placement | None = None
     if placement is None:
         recorded = profile.meta.get("placement")
         return Placement(recorded) if recorded in {p.value for p in Placement} else Placement.ROUND_ROBIN
-    if isinstance(placement, Placement):
-        return placement
-    if isinstance(placement, str):
-        return parse_enum(Placement, placement, "placement")
-    raise UsageError("placement", f"must be 'round_robin' or 'greedy', not {placement!r}")
+    return as_member(Placement, placement, "placement")
 
 
 def repartition_servers(profile: Profile, servers: int, placement: Placement = Placement.ROUND_ROBIN) -> np.ndarray:

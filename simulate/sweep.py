@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import math
 import os
 import warnings
@@ -38,6 +37,7 @@ from simulate.config import (
     TieOrder,
     Transfer,
     WorkerSpeeds,
+    as_member,
     host_model,
     max_sweep_op_events,
     parse_enum,
@@ -191,8 +191,8 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
     scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
                         priorities.get(transfer))
     colocation = host_model(colocation, cores)
-    enforcement = _as_member(Enforcement, enforcement, "enforcement")
-    tie_order = _as_member(TieOrder, tie_order, "tie_order")
+    enforcement = as_member(Enforcement, enforcement, "enforcement")
+    tie_order = as_member(TieOrder, tie_order, "tie_order")
     placement = profile_placement(profile, placement)
     options = {"steps": steps, "warmup": 0, "seed": seed, "colocation": colocation, "flow_cap_Bps": flow_cap_Bps,
                "stagger": stagger, "max_steps": steps, "enforcement": enforcement, "tie_order": tie_order,
@@ -608,15 +608,6 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
                                        placement=options.get("placement")))
 
 
-def _as_member(kind: type[enum.Enum], value, parameter: str):
-    """``value`` as a member of ``kind`` (itself, or its value), or a UsageError naming ``parameter``."""
-    if isinstance(value, kind):
-        return value
-    if isinstance(value, str):
-        return parse_enum(kind, value, parameter)
-    raise UsageError(parameter, f"must be {' or '.join(repr(m.value) for m in kind)}, not {value!r}")
-
-
 def plan_sweep(
     profile: Profile,
     cluster: ClusterModel | str | os.PathLike | None = None,
@@ -710,8 +701,8 @@ def plan_sweep(
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
                "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
                "worker_speed": worker_speed, "replicas": int(replicas),
-               "enforcement": _as_member(Enforcement, enforcement, "enforcement"),
-               "tie_order": _as_member(TieOrder, tie_order, "tie_order"), "network": network,
+               "enforcement": as_member(Enforcement, enforcement, "enforcement"),
+               "tie_order": as_member(TieOrder, tie_order, "tie_order"), "network": network,
                "placement": profile_placement(profile, placement)}
     scenarios = [resolve_auto(sc, cluster, options) if sc.transfer is Transfer.AUTO else sc for sc in scenarios]
     checked = set()
