@@ -49,6 +49,7 @@ from simulate.prepare import _priorities, check_strict_order, prepare, profile_p
 from simulate.results import ROW_COLUMNS, efficiency_one_worker, saturation_point, summarise, t95
 from simulate.workers import MAX_JOBS, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
+from tfbase.progress import progress_bar
 from tfprofile.dag import Profile, Resource
 
 
@@ -405,10 +406,8 @@ def run_sweeps(sweeps: Sequence[Sweep], *, jobs: int = 1, progress: bool = False
                       key=lambda item: -sweeps[item[0]].scenarios[item[1]].workers)
         bar = None
         if progress:
-            from tqdm import tqdm
-
-            bar = stack.enter_context(tqdm(total=len(items), initial=len(rows), desc="predict", unit="config",
-                                           dynamic_ncols=True))
+            bar = stack.enter_context(progress_bar(total=len(items), initial=len(rows), desc="predict",
+                                                   unit="config", dynamic_ncols=True))
 
         def finished(position: int, row: dict) -> None:
             rows[todo[position]] = row

@@ -294,3 +294,21 @@ def test_an_error_with_no_signal_behind_it_is_still_raised():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 1 and "ValueError: a bug" in done.stderr
+
+
+def test_a_progress_bar_starts_no_monitor_thread():
+    """tqdm's monitor is a daemon thread that outlives a command stopped mid-bar; one that wakes
+    while the interpreter finalizes can abort the exit (tfbase.progress)."""
+    import io
+    import threading
+
+    from tfbase.progress import progress_bar
+
+    def monitors():
+        return {t.ident for t in threading.enumerate() if t.name == "tqdm_monitor"}
+
+    before = monitors()
+    bar = progress_bar(total=3, file=io.StringIO())
+    bar.update(1)
+    assert monitors() == before
+    bar.close()

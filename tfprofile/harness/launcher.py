@@ -36,6 +36,7 @@ from pathlib import Path
 from tfbase.errors import CollectError, UsageError
 from tfbase.fileio import write_json
 from tfbase.machine import machine_description
+from tfbase.progress import progress_bar
 from tfbase.signals import own_session_dying_with_parent, wait_or_kill_group
 from tfprofile.harness.capture import (
     Tcpdump,
@@ -362,10 +363,8 @@ def collect(
 
         total = config.warmup_steps + config.steps
         if progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc=f"collect {config.model}", unit="step", file=sys.stderr,
-                       dynamic_ncols=True)
+            bar = progress_bar(total=total, desc=f"collect {config.model}", unit="step", file=sys.stderr,
+                               dynamic_ncols=True)
         first_step_seen, finished = False, False
         batch_size = config.batch_size
         while True:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from tfbase.errors import ClusterError, CollectError
 from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES, LoadSample
+from tfbase.progress import progress_bar
 from tfprofile.harness.handoff import handing_over
 from tfprofile.harness.launcher import INCOMPLETE_SUFFIX, CollectConfig, _Task
 from tfprofile.harness.role_options import RoleOptions
@@ -153,10 +154,8 @@ def fresh_partial_dir(out: Path) -> Path:
 
 def step_bar(config: CollectConfig, who: str):
     """A progress bar over the run's steps, on stderr."""
-    from tqdm import tqdm
-
-    return tqdm(total=config.warmup_steps + config.steps, desc=f"collect {config.model} ({who})", unit="step",
-                file=sys.stderr, dynamic_ncols=True)
+    return progress_bar(total=config.warmup_steps + config.steps, desc=f"collect {config.model} ({who})",
+                        unit="step", file=sys.stderr, dynamic_ncols=True)
 
 
 def publish_run_dir(partial: Path, out: Path) -> None:
