@@ -55,6 +55,9 @@ RUN_FORMAT = "tfsim.run/1"
 INCOMPLETE_SUFFIX = ".incomplete"
 ZOO_MODELS = ("tiny", "alexnet", "vgg11", "resnet50", "inception3", "wide_mlp")
 
+# replica_device_setter's variable placements over PS tasks; the first is TensorFlow's default.
+PLACEMENTS = ("round_robin", "greedy")
+
 
 class TrainingApi(enum.Enum):
     """How the collected job trains (docs/formats.md §2).
@@ -149,7 +152,7 @@ class CollectConfig:
                      "iperf_repeats"):
             if getattr(self, name) < 0:
                 raise UsageError(name, f"must not be negative, not {getattr(self, name)}")
-        if self.placement not in ("round_robin", "greedy"):
+        if self.placement not in PLACEMENTS:
             raise UsageError("placement", f"must be round_robin or greedy, not {self.placement!r}")
         if not (self.timeout_s > 0 and self.startup_timeout_s > 0):
             raise UsageError("timeout_s", "timeouts must be positive")

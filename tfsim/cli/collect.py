@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from tfbase.errors import ClusterError, InputError
-from tfsim.cli.options import non_negative_int, positive_int
+from tfsim.cli.options import PLACEMENT_CHOICES, non_negative_int, positive_int
 
 
 def register(sub) -> None:
@@ -49,7 +49,7 @@ def register(sub) -> None:
     p.add_argument("--workers", type=positive_int, help="worker tasks (default: 1; with --role: the cluster's)")
     p.add_argument("--ps-tasks", type=positive_int,
                    help="parameter-server tasks (default: 1; with --role: the cluster's)")
-    p.add_argument("--placement", "--ps-strategy", dest="placement", choices=("round_robin", "greedy"),
+    p.add_argument("--placement", "--ps-strategy", dest="placement", choices=PLACEMENT_CHOICES,
                    default="round_robin",
                    help="variable placement over PS tasks (default: round_robin, TensorFlow's default)")
     p.add_argument("--zero-init", action="store_true",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tfsim.cli.options import positive_int
+from tfsim.cli.options import PLACEMENT_CHOICES, positive_int
 
 EPILOG = """\
 hosts: every task runs in a network namespace of its own and in a cgroup of its own. With a
@@ -65,7 +65,7 @@ def register(sub) -> None:
     job.add_argument("--profile-ps", type=positive_int, metavar="N",
                      help="profile and calibrate with N PS (e.g. 1) while the measured runs have --ps: the "
                           "prediction re-places the profile's variables over --ps servers (default: --ps)")
-    job.add_argument("--placement", choices=("round_robin", "greedy"), default="round_robin",
+    job.add_argument("--placement", choices=PLACEMENT_CHOICES, default="round_robin",
                      help="how the jobs place their variables over the PS tasks, as tfsim collect --placement "
                           "(tf1 only; default: round_robin, TensorFlow's); the prediction places them the same way")
     job.add_argument("--image-size", type=int, default=0, help="image models: input size (default: the model's)")

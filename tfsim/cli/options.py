@@ -17,6 +17,9 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         self.exit(2, f"tfsim: error: {message} (see {self.prog} --help)\n")
 
+# How variables are placed over PS tasks (collect, lab, predict --placement); the first is TensorFlow's default.
+PLACEMENT_CHOICES = ("round_robin", "greedy")
+
 
 def _integer(text: str) -> int:
     try:

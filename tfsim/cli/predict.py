@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tfbase.errors import UsageError
 from tfsim.cli.options import (
+    PLACEMENT_CHOICES,
     add_cluster_options,
     add_enforcement_option,
     add_mode_option,
@@ -37,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--ps", dest="servers", type=positive_int, metavar="M",
                    help="re-partition the variables over M parameter servers, placed as --placement says "
                         "(default: as profiled)")
-    p.add_argument("--placement", choices=("round_robin", "greedy"), default=None,
+    p.add_argument("--placement", choices=PLACEMENT_CHOICES, default=None,
                    help="how --ps places the variables, as TensorFlow's replica_device_setter does: round_robin "
                         "(TensorFlow's default: variable i on server i mod M, in creation order, whatever its "
                         "size) or greedy (each variable on the server holding the fewest bytes so far) (default: "

@@ -51,7 +51,7 @@ from tfbase.load import OUTSIDE_LOAD_LIMIT_CORES
 from tfbase.machine import machine_description
 from tfbase.units import format_rate, parse_rate
 from tfprofile.harness.fork_server import ForkServers
-from tfprofile.harness.launcher import CaptureSite, CollectConfig, TrainingApi
+from tfprofile.harness.launcher import PLACEMENTS, CaptureSite, CollectConfig, TrainingApi
 from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.cgroups import check_quotas
@@ -187,7 +187,6 @@ class LabSetting:
 
 MACHINE_CORES = float(os.cpu_count() or 1)
 LAB_APIS = ("tf1", "tf2-pss")  # as tfsim collect --api
-PLACEMENTS = ("round_robin", "greedy")  # as tfsim collect --placement
 # A tf2-pss run traces a time window, not steps (docs/formats.md §2.8). The profiling run traces
 # its first half of steps in a window this long (the rest run untraced once it has ended: the
 # one-worker correction fits their mean); a measuring run needs no profile, and its short window
