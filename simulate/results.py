@@ -17,8 +17,14 @@ ROW_COLUMNS = (
     "workers", "servers", "mode", "sharing", "transfer", "policy", "seed", "replicas", "throughput_eps", "ci95_eps",
     "throughput_min_eps", "throughput_max_eps", "step_time_s", "step_time_mean_s", "step_time_p95_s",
     "step_time_by_worker_s", "util_downlink", "util_uplink", "bandwidth_down_Bps", "bandwidth_up_Bps", "steps",
-    "warmup", "batches", "op_events", "efficiency_E", "ps_cpu_limit_eps", "saturated",
+    "warmup", "batches", "op_events", "efficiency_E", "ps_cpu_limit_eps", "throughput_drift", "settled", "saturated",
 )
+
+# A run whose two halves of measured steps differ by more than this has not settled
+# (docs/model.md §5.8): a drift of 5% moves the whole window's rate by about 2.5% from the
+# second half's, which is inside the lab's own run-to-run spread (CV 1-10% at W >= 2), while
+# the phase drift of processor sharing moves a run by 20-40% (docs/model.md §10).
+DRIFT_TOLERANCE = 0.05
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -88,6 +94,44 @@ def batch_means(run: SimRun, batches: int = 10) -> tuple[float, float, int]:
     return float(values.mean()), half, batches
 
 
+def half_throughputs_eps(run: SimRun) -> tuple[float, float]:
+    """The throughput (§5.1's sum over workers) of the first and of the second half of the
+    measured steps, split at the same step for every worker; NaN for a half without a step.
+
+    Examples
+    --------
+    A run whose workers' steps lengthen as it goes (a phase drift) reads a lower second half:
+
+    >>> import numpy as np, types
+    >>> ends = np.cumsum([1.0] * 4 + [2.0] * 4)[None, :]
+    >>> run = types.SimpleNamespace(step_end_s=ends, graph=types.SimpleNamespace(batch_size=1),
+    ...                             config=types.SimpleNamespace(steps=8, warmup=0))
+    >>> half_throughputs_eps(run)
+    (1.0, 0.5)
+    """
+    t = completion_times(run)
+    n, warmup = run.config.steps, run.config.warmup
+    middle = warmup + (n - warmup) // 2
+    if middle == warmup or middle == n:
+        return math.nan, math.nan
+    first = np.sum(run.graph.batch_size * (middle - warmup) / (t[:, middle] - t[:, warmup]))
+    second = np.sum(run.graph.batch_size * (n - middle) / (t[:, n] - t[:, middle]))
+    return float(first), float(second)
+
+
+def drift(first_eps: float, second_eps: float) -> float:
+    """How far a run's rate moved between the halves of its measured steps, as a fraction of
+    the first half's: ``second / first − 1`` (NaN if either is unknown)."""
+    if not (math.isfinite(first_eps) and math.isfinite(second_eps)) or first_eps <= 0:
+        return math.nan
+    return second_eps / first_eps - 1.0
+
+
+def is_settled(drift_fraction: float, tolerance: float = DRIFT_TOLERANCE) -> bool:
+    """Whether a run's drift is within ``tolerance``: an unknown drift (too few steps) is not."""
+    return bool(math.isfinite(drift_fraction) and abs(drift_fraction) <= tolerance)
+
+
 def step_times_s(run: SimRun) -> np.ndarray:
     """(W, N − warmup) measured step times: the gaps between consecutive completions."""
     t = completion_times(run)
@@ -122,11 +166,14 @@ class RunSummary:
     link_bytes_per_s: np.ndarray  # (2, M)
     op_events: int
     wall_s: float
+    first_half_eps: float = math.nan   # the measured steps' first half (half_throughputs_eps)
+    second_half_eps: float = math.nan
 
 
 def summarise(run: SimRun) -> RunSummary:
     times = step_times_s(run)
     _, half, batches = batch_means(run)
+    first, second = half_throughputs_eps(run)
     return RunSummary(
         throughput_eps=throughput_eps(run),
         ci95_eps=half,
@@ -138,6 +185,8 @@ def summarise(run: SimRun) -> RunSummary:
         link_bytes_per_s=link_bytes_per_s(run),
         op_events=run.op_events,
         wall_s=run.wall_s,
+        first_half_eps=first,
+        second_half_eps=second,
     )
 
 

@@ -46,7 +46,15 @@ from simulate.engine import SimRun, run
 from simulate.executors import parse_executor
 from simulate.packet_replay import check_packet_scenario, packet_sim_run
 from simulate.prepare import _priorities, check_strict_order, prepare, profile_placement
-from simulate.results import ROW_COLUMNS, efficiency_one_worker, saturation_point, summarise, t95
+from simulate.results import (
+    ROW_COLUMNS,
+    drift,
+    efficiency_one_worker,
+    is_settled,
+    saturation_point,
+    summarise,
+    t95,
+)
 from simulate.workers import MAX_JOBS, run_in_child
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.progress import progress_bar
@@ -268,8 +276,9 @@ def plain(value):
 
 def combine_replicas(rows: Sequence[dict], *, seed: int) -> dict:
     """One row from the rows of independent replications of a configuration: the mean of each
-    number (each worker's median step time too), the throughput's Student t 95% half-width
-    over the replicas, its range, and the largest step count an adaptive run reached.
+    number (each worker's median step time too; ``settled`` only if every replica settled),
+    the throughput's Student t 95% half-width over the replicas, its range, and the largest
+    step count an adaptive run reached.
 
     Examples
     --------
@@ -287,6 +296,8 @@ def combine_replicas(rows: Sequence[dict], *, seed: int) -> dict:
         values = [row[key] for row in rows]
         if key == "step_time_by_worker_s":
             combined[key] = list(np.mean(np.array(values, dtype=float), axis=0))
+        elif key == "settled":
+            combined[key] = bool(all(values))  # every replica's run settled
         elif key in ("steps", "batches", "op_events"):
             combined[key] = max(values) if key == "steps" else int(sum(values))
         elif isinstance(first, (float, np.floating)) and not isinstance(first, bool):
@@ -302,7 +313,7 @@ def combine_replicas(rows: Sequence[dict], *, seed: int) -> dict:
 
 def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, options: dict) -> dict:
     """One simulation of a scenario (two for hybrid sharing, averaged): its table row."""
-    steps, target = options["steps"], options.get("ci_target")
+    steps, target, settle = options["steps"], options.get("ci_target"), options.get("settle", False)
     while True:
         opts = {**options, "steps": steps, "warmup": min(options["warmup"], steps - 1)}
         one = scenario.workers == 1
@@ -312,11 +323,16 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
             thr, ci = (a.throughput_eps + b.throughput_eps) / 2, (a.ci95_eps + b.ci95_eps) / 2
             summary = a
             step_time = (a.step_time_s + b.step_time_s) / 2
+            halves = ((a.first_half_eps + b.first_half_eps) / 2, (a.second_half_eps + b.second_half_eps) / 2)
         else:
             graph, summary, efficiency = _single_run(profile, cluster, scenario, scenario.sharing, opts, one)
             thr, ci, step_time = summary.throughput_eps, summary.ci95_eps, summary.step_time_s
-        # Adaptive stopping: double the steps until the interval is tight enough (or the cap).
-        if target is None or ci <= target * thr or steps >= options["max_steps"]:
+            halves = (summary.first_half_eps, summary.second_half_eps)
+        # Adaptive stopping: double the steps until the interval is tight enough and, with
+        # settle, the run's two halves agree (docs/model.md §5.8), or the cap.
+        tight = target is None or ci <= target * thr
+        settled = not settle or is_settled(drift(*halves))
+        if (tight and settled) or steps >= options["max_steps"]:
             break
         steps = min(2 * steps, options["max_steps"])
     util = summary.link_bytes_per_s / np.array([[cluster.downlink_Bps], [cluster.uplink_Bps]])
@@ -325,6 +341,8 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     # steps stretch alike, and the links carry proportionally less (a NaN limit binds nothing).
     slower = thr / limit if thr > limit else 1.0
     thr, ci, util = thr / slower, ci / slower, util / slower
+    # Each half is held to the bound too: a run that drifts above it reads as settled there.
+    run_drift = drift(*(min(h, limit) if math.isfinite(limit) else h for h in halves))
     return {
         "workers": scenario.workers, "servers": graph.n_servers, "mode": scenario.mode.value,
         "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
@@ -337,6 +355,7 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
         "steps": opts["steps"], "warmup": opts["warmup"], "batches": summary.batches,
         # No wall-clock time here: a prediction is identical for a seed, whatever the machine's load.
         "op_events": summary.op_events, "efficiency_E": efficiency, "ps_cpu_limit_eps": limit,
+        "throughput_drift": run_drift, "settled": is_settled(run_drift),
     }
 
 
@@ -518,11 +537,16 @@ def step_chunks(profile: Profile, cluster: ClusterModel, transfer: Transfer) -> 
     return chunks
 
 
+def adaptive(options: dict) -> bool:
+    """Whether a sweep's runs may double their steps up to ``max_steps`` (``ci_target`` or ``settle``)."""
+    return options.get("ci_target") is not None or bool(options.get("settle"))
+
+
 def sweep_op_events(profile: Profile, scenarios: Sequence[Scenario], options: dict,
                     cluster: ClusterModel | None = None) -> int:
     """An upper bound of the events of a sweep: W x the steps it may reach x the chunks of a step
     (:func:`step_chunks`), summed over the configurations (hybrid sharing counts twice)."""
-    steps = options["max_steps"] if options.get("ci_target") is not None else options["steps"]
+    steps = options["max_steps"] if adaptive(options) else options["steps"]
     per_step: dict[Transfer, int] = {}
     total = 0
     for s in scenarios:
@@ -583,7 +607,7 @@ def _check_scenario(profile: Profile, cluster: ClusterModel, scenario: Scenario,
     if servers is not None and servers != profile.graph.n_servers and len(profile.variables) == 0:
         raise UsageError("servers", "re-partitioning the variables needs the profile's variable table "
                                     "(variables.json)")
-    steps = options["max_steps"] if options.get("ci_target") is not None else options["steps"]
+    steps = options["max_steps"] if adaptive(options) else options["steps"]
     colocation = options.get("colocation")
     if colocation is not None and callable(colocation):
         colocation = colocation(scenario.workers, servers or max(profile.graph.n_servers, 1))
@@ -633,6 +657,7 @@ def plan_sweep(
     tie_order: str | TieOrder = TieOrder.INDEX,
     network: PacketNetwork | None = None,
     placement: str | Placement | None = None,
+    settle: bool = False,
 ) -> Sweep:
     """Check a sweep before any simulation runs, and return it ready to run (:meth:`Sweep.run`).
 
@@ -659,9 +684,12 @@ def plan_sweep(
         raise UsageError("steps", f"must be between 1 and {MAX_STEPS:,}, not {steps}")
     if not 0 <= warmup < steps:
         raise UsageError("warmup", f"must be at least 0 and below steps ({steps}), not {warmup}")
-    if ci_target is not None:
-        if isinstance(ci_target, bool) or not isinstance(ci_target, (int, float)) or not 0 < ci_target < 1:
-            raise UsageError("ci_target", f"must be a fraction between 0 and 1 (e.g. 0.02), not {ci_target}")
+    if ci_target is not None and (isinstance(ci_target, bool) or not isinstance(ci_target, (int, float))
+                                  or not 0 < ci_target < 1):
+        raise UsageError("ci_target", f"must be a fraction between 0 and 1 (e.g. 0.02), not {ci_target}")
+    if not isinstance(settle, bool):
+        raise UsageError("settle", f"must be True or False, not {settle!r}")
+    if ci_target is not None or settle:
         max_steps = min(max(max_steps, steps), MAX_STEPS)
     else:
         max_steps = max(max_steps, steps)
@@ -698,7 +726,8 @@ def plan_sweep(
     if worker_speed is not None and not isinstance(worker_speed, WorkerSpeeds):
         raise UsageError("worker_speed", f"must be a WorkerSpeeds, not {type(worker_speed).__name__}")
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,
-               "colocation": col, "ci_target": ci_target, "max_steps": int(max_steps), "stagger": float(stagger),
+               "colocation": col, "ci_target": ci_target, "settle": settle, "max_steps": int(max_steps),
+               "stagger": float(stagger),
                "worker_speed": worker_speed, "replicas": int(replicas),
                "enforcement": as_member(Enforcement, enforcement, "enforcement"),
                "tie_order": as_member(TieOrder, tie_order, "tie_order"), "network": network,
@@ -741,6 +770,7 @@ def predict(
     tie_order: str | TieOrder = TieOrder.INDEX,
     network: PacketNetwork | None = None,
     placement: str | Placement | None = None,
+    settle: bool = False,
     jobs: int = 1,
     progress: bool = False,
     executor: str | None = None,
@@ -795,6 +825,10 @@ def predict(
     ci_target : float, optional
         Double the steps (up to ``max_steps``) until the 95% half-width is below this fraction
         of the throughput; the ``steps`` column says what was used.
+    settle : bool
+        Double the steps (up to ``max_steps``) until the rate of the second half of the
+        measured steps is within 5% of the first half's (docs/model.md §5.8); every row
+        reports its ``throughput_drift`` and whether it ``settled`` either way.
     stagger : float
         Workers start spread evenly over this many profiled steps (:func:`staggered_starts`;
         0 starts them all at time 0, as the papers' algorithm does).
@@ -878,7 +912,7 @@ def predict(
                       ci_target=ci_target, max_steps=max_steps, stagger=stagger,
                       worker_speed=worker_speed, replicas=replicas,
                       enforcement=enforcement, tie_order=tie_order, network=network,
-                      placement=placement).run(jobs=jobs, progress=progress,
+                      placement=placement, settle=settle).run(jobs=jobs, progress=progress,
                                                                         executor=executor, journal=journal,
                                                                         resume=resume)
 

@@ -21,6 +21,7 @@ from simulate.orderings import (
     order_gains,
     random_gains,
 )
+from simulate.sweep import plain
 
 PREDICTION_FORMAT = "tfsim.prediction/1"
 ORDER_WORTH = 0.02  # the mean gain an order must exceed to be worth enforcing (predict and the report)
@@ -112,6 +113,29 @@ def ps_cpu_fields(frame, cluster) -> dict | None:
             "limit_eps": bound, "limited_from_workers": first, "text": text}
 
 
+def drift_fields(frame) -> dict | None:
+    """prediction.json's ``drift`` (and its sentence, ``text``) when a row's simulated rate was
+    still moving between the two halves of its measured steps (docs/model.md §5.8): those
+    rows, each with its drift, and the steps they ran. None when every row settled."""
+    moving = frame[~frame["settled"].astype(bool)]
+    if moving.empty:
+        return None
+    keys = [c for c in ("policy", "sharing", "mode", "servers") if frame[c].nunique() > 1]
+    rows = []
+    for _, row in moving.iterrows():
+        label = "/".join(str(row[k]) for k in keys)
+        drift = row["throughput_drift"]
+        rows.append({"workers": int(row["workers"]), **{k: plain(row[k]) for k in keys},
+                     "throughput_drift": None if drift != drift else float(drift), "steps": int(row["steps"]),
+                     "label": f"W = {int(row['workers'])}" + (f" {label}" if label else "")
+                              + (f" ({drift:+.0%})" if drift == drift else " (too few steps to tell)")})
+    text = ("not settled: the simulated rate moved between the first and the second half of the measured steps at "
+            + ", ".join(r["label"] for r in rows) + "; those rows average a run whose rate was still changing "
+            "(workers drifting into or out of phase) and depend on the run's length: simulate more steps per "
+            "worker (docs/model.md §5.8)")
+    return {"rows": [{k: v for k, v in r.items() if k != "label"} for r in rows], "text": text}
+
+
 def settings_sentences(enforcement: Enforcement, tie_order: TieOrder) -> list[str]:
     """The lines ``tfsim predict`` prints above its table about settings away from their default."""
     out = []
@@ -135,9 +159,14 @@ def format_table(frame) -> str:
     show["down %"] = (show["util_downlink"] * 100).map(lambda x: f"{x:.0f}")
     show["up %"] = (show["util_uplink"] * 100).map(lambda x: f"{x:.0f}")
     show["sat"] = show["saturated"].map(lambda x: "*" if x else "")
+    # The drift only where a row has not settled (docs/model.md §5.8), so a settled table reads as before.
+    moving = ["drift"] if "settled" in show and not show["settled"].astype(bool).all() else []
+    if moving:
+        show["drift"] = [("" if ok else "n/a" if d != d else f"{d:+.0%}")
+                         for ok, d in zip(show["settled"].astype(bool), show["throughput_drift"], strict=True)]
     keys = [c for c in ("policy", "sharing", "mode", "servers") if frame[c].nunique() > 1]
     spread = ["range"] if (frame["replicas"] > 1).any() else []  # the replicas' own range
-    cols = keys + ["workers", "thr (ex/s)", "±95%", *spread, "step (ms)", "down %", "up %", "sat"]
+    cols = keys + ["workers", "thr (ex/s)", "±95%", *spread, "step (ms)", "down %", "up %", "sat", *moving]
     return show[cols].to_string(index=False)
 
 

@@ -79,6 +79,9 @@ def register(sub) -> None:
     add_replicas_option(p)
     p.add_argument("--ci-target", type=float, metavar="F",
                    help="double the steps until the 95%% half-width is below F x throughput")
+    p.add_argument("--settle", action="store_true",
+                   help="double the steps until each run's rate settles: its second half of measured steps "
+                        "within 5%% of its first (the table's drift column names the rows that have not)")
     p.add_argument("--trace-out", type=Path, metavar="OUT.json",
                    help="write a Chrome trace (Perfetto, chrome://tracing) of a simulated run")
     p.add_argument("--trace-workers", type=positive_int, help="workers in the traced run (default: the largest W)")
@@ -140,6 +143,7 @@ def run(args) -> int:
     from tfsim.plots import throughput_figure
     from tfsim.prediction import (
         buffer_fields,
+        drift_fields,
         format_costs,
         format_ordering_summary,
         format_table,
@@ -188,6 +192,7 @@ def run(args) -> int:
             profile, cluster, workers=args.workers, servers=args.servers, mode=args.mode, sharing=sharings,
             transfer=transfers, priorities=priorities, steps=args.steps, warmup=args.warmup, seed=args.seed,
             flow_cap_Bps=flow_cap, cores=args.cores, colocation=task_hosts(args), ci_target=args.ci_target,
+            settle=args.settle,
             stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed), replicas=args.replicas,
             enforcement=args.enforcement, tie_order=args.tie_order, placement=args.placement,
             network=PacketNetwork(congestion_control=CongestionControl[args.packet_cc.upper()]))
@@ -208,8 +213,10 @@ def run(args) -> int:
         out = console.out
         caps = "".join(f", each {direction} connection at most {format_rate(cap)}"
                        for direction, cap in cluster.connection_caps_Bps.items())
+        longest = int(frame["steps"].max())
+        steps_text = f"{args.steps}" if longest == args.steps else f"{args.steps} to {longest:,}"
         print(f"{model}, batch {profile.batch_size}: downlink {format_rate(cluster.downlink_Bps)}, "
-              f"uplink {format_rate(cluster.uplink_Bps)}{caps}, {args.mode} SGD ({args.steps} steps per worker, "
+              f"uplink {format_rate(cluster.uplink_Bps)}{caps}, {args.mode} SGD ({steps_text} steps per worker, "
               f"first {args.warmup} dropped; * = saturation point)", file=out)
         enforcement, tie_order = Enforcement(args.enforcement), TieOrder(args.tie_order)
         settings = prediction_settings(enforcement, tie_order)
@@ -241,6 +248,10 @@ def run(args) -> int:
                 best = cheapest(frame, target_eps=args.target, deadline_h=args.deadline)
                 extra["plan"] = plan_fields(best)
                 print(extra["plan"]["text"], file=out)
+        moving = drift_fields(frame)
+        if moving is not None:
+            extra["drift"] = moving
+            print(f"{moving['text']}: --settle, or e.g. --steps {4 * args.steps}", file=out)
         ps_cpu = ps_cpu_fields(frame, cluster)
         if ps_cpu is not None:
             extra["ps_cpu"] = ps_cpu

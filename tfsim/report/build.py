@@ -35,7 +35,13 @@ from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.units import parse_rate
 from tfprofile.profile_io import load_profile
 from tfsim.comparison import check_measured_in_sweep, comparison_table, read_measured
-from tfsim.prediction import ordering_fields, ordering_summary, prediction_document, prediction_settings
+from tfsim.prediction import (
+    drift_fields,
+    ordering_fields,
+    ordering_summary,
+    prediction_document,
+    prediction_settings,
+)
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
 from tfsim.report.stragglers import StragglerPlan, plan_stragglers, straggler_table
@@ -339,9 +345,11 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                         journal=plan.journal)
     frame = frames[0]
     orderings = ordering_summary(frame)  # the page, orderings.csv and prediction.json state these gains
+    moving = drift_fields(frame[frame["policy"] == reference])  # the rows the page's table shows
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
                                    extra={**prediction_settings(request.enforcement, request.tie_order),
-                                          **ordering_fields(orderings)})
+                                          **ordering_fields(orderings),
+                                          **({"drift": moving} if moving is not None else {})})
     by_enforcement = {request.enforcement: orderings}
     rest = frames[1:]
     if plan.other_sweep is not None:

@@ -218,6 +218,9 @@ def _throughput_section(report, figures: dict, numbers: dict) -> str:
                  "saturation point. Baselines: " + esc(", ".join(methods)) + " (the coarse analytical models of "
                  + esc(report.request.mode) + " SGD).</p>")
     parts.append(table(headers, rows, numeric=set(range(len(headers))), marked=marked))
+    drift = report.prediction.get("drift")
+    if drift is not None:
+        parts.append(f'<p class="note">{esc(drift["text"])}.</p>')
     if report.measured is not None:
         outside = sorted(set(report.measured["workers"]) - set(comparison["workers"]))
         if outside:
