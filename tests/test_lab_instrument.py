@@ -384,3 +384,52 @@ def test_the_convnet_model_has_its_documented_size_and_trains():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.split()[-3:] == ["1341226", "8", "True"]
+
+
+@needs_cgroups
+def test_a_shorter_cfs_period_spreads_the_same_quota_over_more_periods():
+    """cpu_period_ms: the quota holds as before, in slices of the period (many more, shorter
+    throttles), so that a busy emulated host stalls for milliseconds, not for most of 100 ms."""
+    from tfsim.lab.cgroups import PERIOD_US, LabCgroups, find_hierarchy
+
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 1.0: pass\n"
+    stats = {}
+    with LabCgroups() as cgroups:
+        for name, period in (("long", PERIOD_US), ("short", 10_000)):
+            group = cgroups.group(name, 0.25, period)
+            if find_hierarchy().version == 2:
+                assert (group.paths[0] / "cpu.max").read_text().split() == [str(period // 4), str(period)]
+            subprocess.run([*group.wrapper(), sys.executable, "-c", spin], check=True)
+            stats[name] = group.stats()
+    for s in stats.values():
+        assert 0 < s.usage_s
+    # The same quota per wall second, throttled in ten times as many, ten times shorter, stalls.
+    assert stats["short"].nr_throttled >= 4 * stats["long"].nr_throttled
+    def stall_s(name):
+        return stats[name].throttled_s / stats[name].nr_throttled
+
+    assert stall_s("short") < stall_s("long") / 4
+
+
+def test_a_setting_takes_its_cfs_period_and_checks_it(tmp_path):
+    from tfsim.cli import build_parser
+    from tfsim.cli.lab import settings_of
+    from tfsim.lab.cgroups import PERIOD_US
+
+    assert LabSetting("s", "tiny", 32, 100_000_000).quotas().period_us == PERIOD_US
+    setting = LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 2), cpu_period_ms=10)
+    assert setting.quotas().period_us == 10_000 and "10 ms periods" in setting.hosts_text()
+    for bad in (0.5, 2000.0, float("nan")):
+        with pytest.raises(UsageError) as err:
+            LabSetting("s", "tiny", 32, 100_000_000, cpu_period_ms=bad)
+        assert err.value.source == "cpu_period_ms"
+    # A quota of 0.29 core over 2 ms is 0.57 ms: below the kernel's 1 ms per period.
+    with pytest.raises(UsageError) as err:
+        LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 6), cpu_period_ms=2)
+    assert err.value.source == "cpu_period_ms" and "1 ms" in str(err.value)
+    args = build_parser().parse_args(["lab", "--model", "tiny", "--workers", "1-2", "--cpu-period", "10"])
+    _, settings = settings_of(args)
+    assert [s.cpu_period_ms for s in settings] == [10.0]
+    path = tmp_path / "s.toml"
+    path.write_text('[[setting]]\nmodel = "tiny"\nrate = "100mbit"\ncpu_period_ms = 20\n')
+    assert read_settings(path)[0].quotas().period_us == 20_000

@@ -107,3 +107,20 @@ def test_predict_cli_says_nothing_when_every_row_settled(capsys):
                  "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "not settled" not in text and "drift" not in text
+
+
+def test_the_report_says_which_rows_did_not_settle(tmp_path, capsys):
+    """The report's prediction.json is tfsim predict's, drift included, and its page names the rows."""
+    from cli_runner import run
+
+    common = ["--cluster", CLUSTER, "--workers", "1-2", "--steps", "200", "--warmup", "10", "--jobs", "2",
+              "--no-progress"]
+    code, _, err = run(["report", PROFILE, *common, "--out", tmp_path / "r"], capsys)
+    assert code == 0, err
+    document = json.loads((tmp_path / "r" / "prediction.json").read_text())
+    assert 2 in {row["workers"] for row in document["drift"]["rows"]}
+    assert "not settled" in (tmp_path / "r" / "report.html").read_text()
+    policies = ",".join(dict.fromkeys(row["policy"] for row in document["rows"]))
+    code, _, err = run(["predict", PROFILE, *common, "--transfer", policies, "--json", tmp_path / "p.json"], capsys)
+    assert code == 0, err
+    assert (tmp_path / "p.json").read_bytes() == (tmp_path / "r" / "prediction.json").read_bytes()

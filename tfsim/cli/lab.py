@@ -49,7 +49,8 @@ def register(sub) -> None:
                       help="a whole matrix: one [[setting]] table per setting (keys: name, model or model_fn, "
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
-                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, placement, api, packet)")
+                           "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, placement, api, packet, "
+                           "cpu_period_ms)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -82,6 +83,9 @@ def register(sub) -> None:
                        help="CPU quota of each worker task (default: an equal share)")
     hosts.add_argument("--colocated", action="store_true",
                        help="no quotas: every task shares this machine's cores (and is predicted so)")
+    hosts.add_argument("--cpu-period", type=float, metavar="MS",
+                       help="the CFS period over which each quota holds (default: 100, the kernel's); a task that "
+                            "used its quota waits for the next period, so a shorter one stalls a busy host less")
     link = p.add_argument_group("the links' transport")
     link.add_argument("--queue", metavar="DEPTH",
                       help="the shaper's queue: a time at the link rate (5ms, the default: what a data-centre "
@@ -168,6 +172,8 @@ def settings_of(args) -> tuple[str, list]:
     if args.colocated or args.ps_cores is not None or args.worker_cores is not None:
         settings = [dataclasses.replace(s, colocated=args.colocated, ps_cores=args.ps_cores,
                                         worker_cores=args.worker_cores) for s in settings]
+    if args.cpu_period is not None:
+        settings = [dataclasses.replace(s, cpu_period_ms=args.cpu_period) for s in settings]
     return label, settings
 
 

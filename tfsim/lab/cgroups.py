@@ -32,6 +32,8 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "tfsimlab"
 _NAME_RE = re.compile(rf"^{PREFIX}-(\d+)-[0-9a-f]+$")
 PERIOD_US = 100_000  # the CFS period: 100 ms, the kernel's default
+MIN_PERIOD_US = 1_000  # the kernel's bounds for a CFS period
+MAX_PERIOD_US = 1_000_000
 MIN_QUOTA_US = 1_000  # the kernel refuses a quota below 1 ms per period
 
 
@@ -134,13 +136,24 @@ def _write(path: Path, text: str) -> None:
         raise UsageError("ps_cores", f"cannot set {path}: {err.strerror or err}") from None
 
 
-def _set_quota(group: Path, version: int, cores: float | None) -> None:
+def check_period(period_us: int, min_cores: float) -> None:
+    """A CFS period the kernel takes, long enough that a quota of ``min_cores`` is at least its
+    1 ms minimum per period (a UsageError naming ``cpu_period_ms`` otherwise)."""
+    if not (isinstance(period_us, int) and MIN_PERIOD_US <= period_us <= MAX_PERIOD_US):
+        raise UsageError("cpu_period_ms", f"must be from {MIN_PERIOD_US / 1e3:g} to {MAX_PERIOD_US / 1e3:g} ms, "
+                                          f"not {period_us / 1e3:g}")
+    if min_cores * period_us < MIN_QUOTA_US:
+        raise UsageError("cpu_period_ms", f"a quota of {min_cores:g} core over {period_us / 1e3:g} ms is below the "
+                                          f"kernel's {MIN_QUOTA_US / 1e3:g} ms per period: give a longer period")
+
+
+def _set_quota(group: Path, version: int, cores: float | None, period_us: int = PERIOD_US) -> None:
+    quota = None if cores is None else max(MIN_QUOTA_US, round(cores * period_us))
     if version == 2:
-        _write(group / "cpu.max", "max" if cores is None else f"{max(MIN_QUOTA_US, round(cores * PERIOD_US))} "
-                                                             f"{PERIOD_US}")
+        _write(group / "cpu.max", "max" if quota is None else f"{quota} {period_us}")
         return
-    _write(group / "cpu.cfs_period_us", str(PERIOD_US))
-    _write(group / "cpu.cfs_quota_us", "-1" if cores is None else str(max(MIN_QUOTA_US, round(cores * PERIOD_US))))
+    _write(group / "cpu.cfs_period_us", str(period_us))
+    _write(group / "cpu.cfs_quota_us", "-1" if quota is None else str(quota))
 
 
 def _kill_and_remove(group: Path) -> None:
@@ -187,8 +200,9 @@ class LabCgroups:
             _write(self.parents[0] / "cgroup.subtree_control", "+cpu")
         return self
 
-    def group(self, name: str, cores: float | None) -> TaskGroup:
-        """A new group for task ``name`` with a quota of ``cores`` (None: accounting only)."""
+    def group(self, name: str, cores: float | None, period_us: int = PERIOD_US) -> TaskGroup:
+        """A new group for task ``name`` with a quota of ``cores`` (None: accounting only)
+        enforced over CFS periods of ``period_us``."""
         if name in self.groups:
             raise UsageError("hosts", f"task {name!r} has a cgroup already")
         paths = []
@@ -196,7 +210,7 @@ class LabCgroups:
             path = parent / name
             path.mkdir()
             if k == 0:
-                _set_quota(path, self.hierarchy.version, cores)
+                _set_quota(path, self.hierarchy.version, cores, period_us)
             paths.append(path)
         group = TaskGroup(name, cores, tuple(paths), self.hierarchy)
         self.groups[name] = group

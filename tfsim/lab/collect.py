@@ -8,7 +8,7 @@ from pathlib import Path
 from tfbase.load import LoadMeter, LoadSample
 from tfprofile.harness.fork_server import ForkServers
 from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
-from tfsim.lab.cgroups import CpuStats, LabCgroups
+from tfsim.lab.cgroups import PERIOD_US, CpuStats, LabCgroups
 from tfsim.lab.cpu_trace import CpuTrace
 from tfsim.lab.netns import EmulatedCluster, Shaper, Transport, allowed_congestion_control, terminate_on_signals
 from tfsim.lab.netstats import HostLinkCounters, read_host_counters
@@ -28,11 +28,15 @@ class HostQuotas:
 
     ``None`` for both is the co-located setting: every task shares the machine's cores (each
     still runs in a cgroup of its own, without a quota, so that its CPU time is counted).
+    ``period_us`` is the CFS period: a task that used its quota waits for the next period, so
+    a long period (the kernel's 100 ms) stalls a busy 0.29-core host for up to 71 ms, which a
+    real host of slower cores never does; a short one spreads the same quota evenly.
     """
 
     ps_cores: float | None = None
     worker_cores: float | None = None
     coordinator_cores: float | None = None
+    period_us: int = PERIOD_US  # the CFS period over which each quota is enforced
 
     @property
     def colocated(self) -> bool:
@@ -78,7 +82,7 @@ def collect_in_lab(config: CollectConfig, rate_bit: int, *, delay_ms: float = 0.
     names = host_names(config.ps_tasks, config.workers, coordinator=config.api is TrainingApi.TF2_PSS)
     with terminate_on_signals(), allowed_congestion_control(transport.congestion_control), LabCgroups() as cgroups, \
             EmulatedCluster(names, rate_bit=rate_bit, delay_ms=delay_ms, transport=transport) as cluster:
-        groups = [cgroups.group(n, quotas.cores_of(n)) for n in names]
+        groups = [cgroups.group(n, quotas.cores_of(n), quotas.period_us) for n in names]
         hosts = [cluster.hosts[n] for n in names]
         def lab_cpu_s() -> float:
             return sum(g.stats().usage_s for g in groups) + (fork_servers.cpu_s() if fork_servers else 0.0)

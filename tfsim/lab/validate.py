@@ -54,7 +54,7 @@ from tfprofile.harness.fork_server import ForkServers
 from tfprofile.harness.launcher import PLACEMENTS, CaptureSite, CollectConfig, TrainingApi
 from tfprofile.profile_io import save_profile
 from tfprofile.rundir import profile_from_run_dir
-from tfsim.lab.cgroups import check_quotas
+from tfsim.lab.cgroups import PERIOD_US, check_period, check_quotas
 from tfsim.lab.collect import HostQuotas, LabRun, collect_in_lab
 from tfsim.lab.cpu_trace import window_usage
 from tfsim.lab.measure import measured_throughput
@@ -103,6 +103,7 @@ class LabSetting:
     api: str = "tf1"
     packet: bool = False
     placement: str = "round_robin"
+    cpu_period_ms: float = PERIOD_US / 1e3
 
     def __post_init__(self) -> None:
         if self.api not in LAB_APIS:
@@ -137,6 +138,16 @@ class LabSetting:
             if value is not None and not (MIN_QUOTA_CORES <= value <= MACHINE_CORES):
                 raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
                                        f"cores, not {value:g}")
+        if not self.colocated:
+            quotas = self.quotas()
+            check_period(self.period_us, min(c for c in (quotas.ps_cores, quotas.worker_cores,
+                                                          quotas.coordinator_cores) if c is not None))
+
+    @property
+    def period_us(self) -> int:
+        """The CFS period of the emulated hosts' quotas, in microseconds."""
+        period = self.cpu_period_ms * 1e3
+        return round(period) if math.isfinite(period) else -1
 
     @property
     def profiled_ps(self) -> int:
@@ -164,7 +175,7 @@ class LabSetting:
         share = MACHINE_CORES / tasks
         quotas = HostQuotas(self.ps_cores if self.ps_cores is not None else share,
                             self.worker_cores if self.worker_cores is not None else share,
-                            share if self.pss else None)
+                            share if self.pss else None, self.period_us)
         check_quotas([quotas.ps_cores] * self.ps_tasks + [quotas.worker_cores] * max(self.workers)
                      + ([quotas.coordinator_cores] if self.pss else []), MACHINE_CORES)
         return quotas
@@ -182,7 +193,8 @@ class LabSetting:
             return f"co-located on {MACHINE_CORES:g} cores"
         quotas = self.quotas()
         coordinator = f", coordinator {quotas.coordinator_cores:.2f} core" if self.pss else ""
-        return f"PS {quotas.ps_cores:.2f} core, worker {quotas.worker_cores:.2f} core{coordinator}"
+        period = "" if self.period_us == PERIOD_US else f", quotas over {self.cpu_period_ms:g} ms periods"
+        return f"PS {quotas.ps_cores:.2f} core, worker {quotas.worker_cores:.2f} core{coordinator}{period}"
 
 
 MACHINE_CORES = float(os.cpu_count() or 1)
@@ -256,7 +268,7 @@ PACKET_COLUMNS = ("predicted_packet_eps", "error_packet", "inside_packet", "pred
                   "inside_auto")
 RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "placement", "window",
                   "transport", "hosts",
-                  "ps_cores", "worker_cores",
+                  "ps_cores", "worker_cores", "cpu_period_ms",
                   "workers", "repeats", "measured_eps", "measured_min_eps", "measured_max_eps", "measured_cv",
                   "measured_ci95_eps", "measured_runs_eps", "measured_per_worker_sum_eps", "finish_spread_s",
                   *(f"predicted_{m}_eps" for m in TRANSFER_MODELS), *(f"error_{m}" for m in TRANSFER_MODELS),
@@ -545,7 +557,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "placement": setting.placement, "window": "65535 (pinned)" if setting.grpc_options else "default",
             "transport": setting.transport().describe(),
             "hosts": "co-located" if setting.colocated else "quota",
-            "ps_cores": quotas.ps_cores, "worker_cores": quotas.worker_cores, "workers": w,
+            "ps_cores": quotas.ps_cores, "worker_cores": quotas.worker_cores,
+            "cpu_period_ms": None if setting.colocated else setting.cpu_period_ms, "workers": w,
             "repeats": len(point["runs"]), "measured_eps": stats["mean"], "measured_min_eps": stats["min"],
             "measured_max_eps": stats["max"], "measured_cv": stats["cv"], "measured_ci95_eps": stats["ci95"],
             "measured_runs_eps": " ".join(f"{x:.6g}" for x in point["runs"]),

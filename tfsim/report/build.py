@@ -41,6 +41,7 @@ from tfsim.prediction import (
     ordering_summary,
     prediction_document,
     prediction_settings,
+    ps_cpu_fields,
 )
 from tfsim.report.facts import calibration_plots, cluster_facts, job_facts
 from tfsim.report.gantt import gantt_from_run
@@ -345,11 +346,13 @@ def build_report(request: ReportRequest, say: Callable[[str], None] = lambda mes
                         journal=plan.journal)
     frame = frames[0]
     orderings = ordering_summary(frame)  # the page, orderings.csv and prediction.json state these gains
-    moving = drift_fields(frame[frame["policy"] == reference])  # the rows the page's table shows
+    # As tfsim predict states them: the report's prediction.json is the same document.
+    moving, ps_cpu = drift_fields(frame), ps_cpu_fields(frame, cluster)
     document = prediction_document(frame, profile_path=request.profile_path, cluster=cluster,
                                    extra={**prediction_settings(request.enforcement, request.tie_order),
                                           **ordering_fields(orderings),
-                                          **({"drift": moving} if moving is not None else {})})
+                                          **({"drift": moving} if moving is not None else {}),
+                                          **({"ps_cpu": ps_cpu} if ps_cpu is not None else {})})
     by_enforcement = {request.enforcement: orderings}
     rest = frames[1:]
     if plan.other_sweep is not None:
