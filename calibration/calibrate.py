@@ -65,6 +65,7 @@ import numpy as np
 from calibration.capture_loss import MAX_LOSS_FRACTION, check_loss, link_losses
 from calibration.ceiling import Link, check_ceiling, link_from_run
 from calibration.fit import LineFit, nonnegative_line
+from calibration.hosts import hosts_record
 from calibration.pscpu import ps_cpu_record
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
 from calibration.runmatch import match_run, run_server_ports, run_tasks
@@ -147,6 +148,7 @@ class Calibration:
     link_ceiling: dict = dataclasses.field(default_factory=dict)  # when the link's rate is known (§4.6)
     buffer_bytes: dict = dataclasses.field(default_factory=dict)  # when the link's buffer is known (§4.7)
     ps_cpu: dict = dataclasses.field(default_factory=dict)  # when collect sampled the tasks' CPU (§4.8)
+    hosts: dict = dataclasses.field(default_factory=dict)  # when every task had a quota of its own (§4.10)
     connection_cap_Bps: dict = dataclasses.field(default_factory=dict)  # a connection-bound direction's (§4.9)
 
     @property
@@ -182,6 +184,7 @@ class Calibration:
             **({"link_ceiling": self.link_ceiling} if self.link_ceiling else {}),
             **({"buffer_bytes": self.buffer_bytes} if self.buffer_bytes else {}),
             **({"ps_cpu": self.ps_cpu} if self.ps_cpu else {}),
+            **({"hosts": self.hosts} if self.hosts else {}),
             **({"connection_cap_Bps": self.connection_cap_Bps} if self.connection_cap_Bps else {}),
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
@@ -701,6 +704,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         buffer_bytes = link.buffer_bytes
     buffers = {} if buffer_bytes is None else {"downlink": float(buffer_bytes), "uplink": float(buffer_bytes)}
     ps_cpu = ps_cpu_record(run_dir, run.run) or {}
+    hosts = hosts_record(run.run) or {}
     with warnings.catch_warnings():
         # A skipped step is reported when the profile itself is built; here it would say it twice.
         warnings.filterwarnings("ignore", category=TraceWarning)
@@ -731,7 +735,7 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
             kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
             token_bucket=bucket, queue_window_bytes=queue_window, bytes_in_flight=flight, rpc=rpc,
             link_ceiling=ceiling,
-            buffer_bytes=buffers, ps_cpu=ps_cpu, connection_cap_Bps=caps,
+            buffer_bytes=buffers, ps_cpu=ps_cpu, hosts=hosts, connection_cap_Bps=caps,
         )
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])

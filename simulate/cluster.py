@@ -13,6 +13,10 @@ import math
 
 from tfbase.errors import UsageError
 
+# A host's model cores: at least 1 (a task's ops were profiled at its host's speed, one at a
+# time on a host of a core or less) and at most this many (the engine's unlimited host).
+MAX_HOST_CORES = 100_000.0
+
 
 def _number(value, option: str) -> float:
     try:
@@ -328,6 +332,9 @@ class ClusterModel:
         ps_cpu: the parameter servers' CPU per step and cores (:class:`PsCpu`), which bound the
             throughput any number of workers reach (docs/model.md §4.7); ``None``: not measured,
             no bound.
+        ps_host_cores, worker_host_cores: the model cores of the hosts the one-worker run's
+            tasks had (docs/model.md §4.3, calibration.md §4.10): a prediction given no hosts
+            puts every task on such a host; ``None``: not known, no limit.
         latency_downlink_s, latency_uplink_s: a what-if one-way latency of each direction,
             added to what the calibration measured (docs/model.md §11.2): every transfer's
             bytes, and every message, reach the other end that much later; the link is not
@@ -357,6 +364,8 @@ class ClusterModel:
     shaper: LinkShaper | None = None
     rpc: RpcChain | None = None
     ps_cpu: PsCpu | None = None
+    ps_host_cores: float | None = None
+    worker_host_cores: float | None = None
     latency_downlink_s: float = 0.0
     latency_uplink_s: float = 0.0
     default_transfer: str = "http2"
@@ -370,6 +379,13 @@ class ClusterModel:
             raise UsageError("win_bytes", f"the HTTP/2 window must be positive, not {self.win_bytes}")
         for name in ("queue_window_downlink_bytes", "queue_window_uplink_bytes"):
             object.__setattr__(self, name, check_non_negative(getattr(self, name), name))
+        if (self.ps_host_cores is None) != (self.worker_host_cores is None):
+            raise UsageError("ps_host_cores", "give the cores of both the PS and the worker hosts, or neither")
+        for name in ("ps_host_cores", "worker_host_cores"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                          and 1.0 <= value <= MAX_HOST_CORES):
+                raise UsageError(name, f"a host's model cores must be from 1 to {MAX_HOST_CORES:,.0f}, not {value!r}")
         for name in ("buffer_downlink_bytes", "buffer_uplink_bytes"):
             value = _number(getattr(self, name), name)
             if not value > 0:

@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 
 from simulate.cluster import (
+    MAX_HOST_CORES,
     ClusterModel,
     FlowControl,
     LinkShaper,
@@ -132,6 +133,7 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         connection_cap = _connection_caps(source, data.get("connection_cap_Bps"))
         rpc = _rpc(source, data.get("rpc"))
         ps_cpu = _ps_cpu(source, data.get("ps_cpu"))
+        hosts = _hosts(source, data.get("hosts"))
         shaper = _shaper(source, data.get("link_ceiling"))
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
                             overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
@@ -142,6 +144,7 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
                             connection_cap_downlink_Bps=connection_cap["downlink"],
                             connection_cap_uplink_Bps=connection_cap["uplink"],
                             shaper=shaper, rpc=rpc, ps_cpu=ps_cpu,
+                            ps_host_cores=hosts[0] if hosts else None, worker_host_cores=hosts[1] if hosts else None,
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, f"{err.source}: {err.problem}" if err.source else err.problem) from None
@@ -214,6 +217,18 @@ def _ps_cpu(source, data) -> PsCpu | None:
         raise ClusterFormatError(source, f"ps_cpu.servers must be a whole number from 1, not {servers!r:.40}")
     return PsCpu(_number(source, data, "cpu_s_per_step", low=1e-9, high=MAX_DELAY_S, where="ps_cpu"),
                  _number(source, data, "cores", low=1e-3, high=1e6, where="ps_cpu"), servers)
+
+
+def _hosts(source, data) -> tuple[float, float] | None:
+    """``hosts`` of CLUSTER.json (calibration.md §4.10): the model cores of the PS and of the worker
+    hosts, ``max(1, cores)`` each (the profile's ops ran at their host's speed, one at a time on a
+    host of a core or less); absent or null: not known."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise ClusterFormatError(source, "hosts must be an object with ps_cores and worker_cores")
+    return tuple(max(1.0, _number(source, data, key, low=1e-3, high=MAX_HOST_CORES, where="hosts"))
+                 for key in ("ps_cores", "worker_cores"))
 
 
 def _per_direction_numbers(source, data: dict, key: str) -> dict[str, float]:

@@ -202,14 +202,19 @@ class SharedHost:
         Colocation.single_host(1, 1, float(cores))  # the range check
 
 
-def host_model(colocation=None, cores: float | None = None):
+def host_model(colocation=None, cores: float | None = None, cluster=None):
     """The hosts a sweep simulates: ``colocation`` (a Colocation, or a callable of (workers,
     servers) such as :class:`~simulate.config.TaskHosts`), or every task on one host with
-    ``cores`` cores, or None (no limit). Both at once is a usage error."""
+    ``cores`` cores; given neither, a host per task with the cores of the calibration run's
+    hosts where ``cluster`` (a :class:`~simulate.cluster.ClusterModel`) knows them
+    (``ps_host_cores``, ``worker_host_cores``), else None (no limit). Both at once is a usage
+    error."""
     if colocation is not None and cores is not None:
         raise UsageError("cores", "give either one shared host's cores or the tasks' hosts (colocation), not both")
     if cores is not None:
         return SharedHost(cores)
+    if colocation is None and cluster is not None and getattr(cluster, "ps_host_cores", None) is not None:
+        return TaskHosts(worker_cores=cluster.worker_host_cores, ps_cores=cluster.ps_host_cores)
     if colocation is not None and not (isinstance(colocation, Colocation) or callable(colocation)):
         raise UsageError("colocation", f"must be a Colocation or TaskHosts, not {type(colocation).__name__}")
     return colocation

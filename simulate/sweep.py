@@ -199,7 +199,7 @@ def plan_traced_run(profile: Profile, cluster: ClusterModel, *, workers: int, tr
         sharing_ = Sharing.PS
     scenario = Scenario(workers, servers, parse_enum(Mode, mode, "mode"), sharing_, kind, transfer,
                         priorities.get(transfer))
-    colocation = host_model(colocation, cores)
+    colocation = host_model(colocation, cores, cluster)
     enforcement = as_member(Enforcement, enforcement, "enforcement")
     tie_order = as_member(TieOrder, tie_order, "tie_order")
     placement = profile_placement(profile, placement)
@@ -330,19 +330,18 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
             halves = (summary.first_half_eps, summary.second_half_eps)
         # Adaptive stopping: double the steps until the interval is tight enough and, with
         # settle, the run's two halves agree (docs/model.md §5.8), or the cap.
+        limit = ps_cpu_limit_eps(profile, cluster, graph.n_servers, scenario.mode)
+        # Each half is held to the PS CPU bound too: a run that drifts above it is settled there.
+        run_drift = drift(*(min(h, limit) if math.isfinite(limit) else h for h in halves))
         tight = target is None or ci <= target * thr
-        settled = not settle or is_settled(drift(*halves))
-        if (tight and settled) or steps >= options["max_steps"]:
+        if (tight and (not settle or is_settled(run_drift))) or steps >= options["max_steps"]:
             break
         steps = min(2 * steps, options["max_steps"])
     util = summary.link_bytes_per_s / np.array([[cluster.downlink_Bps], [cluster.uplink_Bps]])
-    limit = ps_cpu_limit_eps(profile, cluster, graph.n_servers, scenario.mode)
     # The PS hosts serve no more steps than their CPU allows (docs/model.md §4.7): every worker's
     # steps stretch alike, and the links carry proportionally less (a NaN limit binds nothing).
     slower = thr / limit if thr > limit else 1.0
     thr, ci, util = thr / slower, ci / slower, util / slower
-    # Each half is held to the bound too: a run that drifts above it reads as settled there.
-    run_drift = drift(*(min(h, limit) if math.isfinite(limit) else h for h in halves))
     return {
         "workers": scenario.workers, "servers": graph.n_servers, "mode": scenario.mode.value,
         "sharing": scenario.sharing.value, "transfer": scenario.transfer.value, "policy": scenario.policy,
@@ -722,7 +721,7 @@ def plan_sweep(
                     scenarios.append(Scenario(w, server_count, mode_, share_, tr_, name, prio))
     if not scenarios:
         raise UsageError("transfer", "give at least one transfer scheduler and sharing model")
-    col = host_model(colocation, cores)
+    col = host_model(colocation, cores, cluster)
     if worker_speed is not None and not isinstance(worker_speed, WorkerSpeeds):
         raise UsageError("worker_speed", f"must be a WorkerSpeeds, not {type(worker_speed).__name__}")
     options = {"steps": int(steps), "warmup": int(warmup), "seed": seed, "flow_cap_Bps": flow_cap_Bps,

@@ -46,8 +46,8 @@ def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfe
                       statistic: str = "median", replicas: int = 1) -> float:
     """The model's median (or, with ``statistic="mean"``, mean) step time with one worker, over
     ``steps`` steps after ``warmup`` (default: a quarter of them, at most 10), on the hosts
-    ``colocation``/``cores`` describe (as :func:`simulate.predict` takes them; default: no
-    limit on cores). The mean is what sets throughput: 1 / mean step time.
+    ``colocation``/``cores`` describe (as :func:`simulate.predict` takes them; default: the
+    cluster's recorded hosts, else no limit on cores). The mean is what sets throughput: 1 / mean step time.
 
     With ``replicas`` = K > 1, K runs with seeds 0..K-1 (as :func:`simulate.predict`'s
     replicas): the mean step of the replicas' mean throughput, 1 / mean(1 / mean step), or the
@@ -60,7 +60,7 @@ def one_worker_step_s(profile: Profile, cluster: ClusterModel, transfer: Transfe
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise UsageError("replicas", f"must be a whole number of at least 1, not {replicas!r}")
     warmup = min(10, steps // 4) if warmup is None else warmup
-    hosts = host_model(colocation, cores)
+    hosts = host_model(colocation, cores, cluster)
     if hosts is not None and callable(hosts):
         hosts = hosts(1, max(profile.graph.n_servers, 1))
     configs = [SimConfig(workers=1, transfer=transfer, steps=steps, warmup=warmup, colocation=hosts, seed=seed)

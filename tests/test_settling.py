@@ -124,3 +124,17 @@ def test_the_report_says_which_rows_did_not_settle(tmp_path, capsys):
     code, _, err = run(["predict", PROFILE, *common, "--transfer", policies, "--json", tmp_path / "p.json"], capsys)
     assert code == 0, err
     assert (tmp_path / "p.json").read_bytes() == (tmp_path / "r" / "prediction.json").read_bytes()
+
+
+def test_a_row_held_to_the_ps_cpu_bound_settles_there(profile):
+    """docs/model.md §5.8: the halves are held to the bound (§4.7), so a run drifting above it
+    reads as settled, and settle does not double its steps for a drift nobody would see."""
+    document = json.loads(open(CLUSTER).read())
+    # 16 examples per step on a 0.28571-core PS at 0.2857 / 30 * 16 s per step: at most 30 ex/s.
+    document["ps_cpu"] = {**document["ps_cpu"], "cpu_s_per_step": 0.28571 * 16 / 30, "cores": 0.28571}
+    from simulate.cluster_file import cluster_from_dict
+
+    cluster = cluster_from_dict(document, "bound.json")
+    row = predict(profile, cluster, workers=[2], steps=200, warmup=10, settle=True).iloc[0]
+    assert row["throughput_eps"] == pytest.approx(30.0)
+    assert row["settled"] and row["throughput_drift"] == pytest.approx(0.0, abs=1e-12) and row["steps"] == 200

@@ -53,6 +53,9 @@ def prediction_document(frame, *, profile_path, cluster, extra: dict | None = No
                     "win_bytes": None if math.isinf(cluster.win_bytes) else cluster.win_bytes,
                     # only with a connection cap (docs/model.md §4.8), as the latency below
                     **({"connection_cap_Bps": cluster.connection_caps_Bps} if cluster.connection_caps_Bps else {}),
+                    # only where the calibration recorded its hosts (calibration.md §4.10)
+                    **({"host_cores": {"ps": cluster.ps_host_cores, "worker": cluster.worker_host_cores}}
+                       if cluster.ps_host_cores is not None else {}),
                     # only with a what-if latency, so that a prediction without one reads as before
                     **({"latency_s": {"downlink": cluster.latency_downlink_s, "uplink": cluster.latency_uplink_s}}
                        if cluster.latency_downlink_s or cluster.latency_uplink_s else {})},

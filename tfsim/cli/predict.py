@@ -222,6 +222,10 @@ def run(args) -> int:
         settings = prediction_settings(enforcement, tie_order)
         for sentence in settings_sentences(enforcement, tie_order):
             print(sentence, file=out)
+        if args.cores is None and task_hosts(args) is None and cluster.ps_host_cores is not None:
+            print(f"each task on a host of its own, as in the calibration run: PS {cluster.ps_host_cores:g}, worker "
+                  f"{cluster.worker_host_cores:g} model core(s) (the cluster's hosts; --ps-cores, --worker-cores or "
+                  "--cores to change)", file=out)
         if args.servers is not None:
             placement = sweep.options["placement"]
             print(f"variables re-placed over {args.servers} parameter server(s) "

@@ -139,9 +139,7 @@ class LabSetting:
                 raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
                                        f"cores, not {value:g}")
         if not self.colocated:
-            quotas = self.quotas()
-            check_period(self.period_us, min(c for c in (quotas.ps_cores, quotas.worker_cores,
-                                                          quotas.coordinator_cores) if c is not None))
+            check_period(self.period_us, min(c for c in self._quota_cores() if c is not None))
 
     @property
     def period_us(self) -> int:
@@ -171,14 +169,17 @@ class LabSetting:
         """Each task's quota (none when co-located); checked to fit this machine at the largest W."""
         if self.colocated:
             return HostQuotas()
-        tasks = self.ps_tasks + max(self.workers) + int(self.pss)
-        share = MACHINE_CORES / tasks
-        quotas = HostQuotas(self.ps_cores if self.ps_cores is not None else share,
-                            self.worker_cores if self.worker_cores is not None else share,
-                            share if self.pss else None, self.period_us)
+        quotas = HostQuotas(*self._quota_cores(), self.period_us)
         check_quotas([quotas.ps_cores] * self.ps_tasks + [quotas.worker_cores] * max(self.workers)
                      + ([quotas.coordinator_cores] if self.pss else []), MACHINE_CORES)
         return quotas
+
+    def _quota_cores(self) -> tuple[float, float, float | None]:
+        """The PS's, a worker's and (tf2-pss) the coordinator's quota, unchecked: the given ones,
+        else an equal share of the machine over the largest cluster's tasks."""
+        share = MACHINE_CORES / (self.ps_tasks + max(self.workers) + int(self.pss))
+        return (self.ps_cores if self.ps_cores is not None else share,
+                self.worker_cores if self.worker_cores is not None else share, share if self.pss else None)
 
     @property
     def profiling_steps(self) -> int:
