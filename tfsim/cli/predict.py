@@ -255,7 +255,9 @@ def run(args) -> int:
         moving = drift_fields(frame)
         if moving is not None:
             extra["drift"] = moving
-            print(f"{moving['text']}: --settle, or e.g. --steps {4 * args.steps}", file=out)
+            hint = ("even after doubling their steps up to the cap" if args.settle
+                    else f"--settle, or e.g. --steps {4 * args.steps}")
+            print(f"{moving['text']}: {hint}", file=out)
         ps_cpu = ps_cpu_fields(frame, cluster)
         if ps_cpu is not None:
             extra["ps_cpu"] = ps_cpu
