@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from simulate.cluster_file import load_cluster
-from simulate.config import TaskHosts
+from simulate.config import TaskHosts, model_cores
 from simulate.sweep import predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfprofile.profile_io import load_profile
@@ -43,8 +43,7 @@ def main() -> None:
         first = group.iloc[0]
         profile = load_profile(lab / setting / "profile.npz")
         cluster = load_cluster(lab / setting / "CLUSTER.json")
-        hosts = TaskHosts(worker_cores=max(1.0, float(first["worker_cores"])),
-                          ps_cores=max(1.0, float(first["ps_cores"])))
+        hosts = TaskHosts(worker_cores=model_cores(first["worker_cores"]), ps_cores=model_cores(first["ps_cores"]))
         if refit:
             profile = scale_computation(profile, 1.0 / profile.meta.get("computation_scale", 1.0))
             target = untraced_step_s(lab / setting / "profile-run")

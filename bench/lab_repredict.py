@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from simulate.cluster_file import load_cluster
-from simulate.config import TaskHosts
+from simulate.config import TaskHosts, model_cores
 from simulate.sweep import predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfprofile.rundir import profile_from_run_dir
@@ -36,7 +36,7 @@ def main(settings: list[Path]) -> None:
             rows = [r for r in csv.DictReader(handle) if r["setting"] == setting.name]
         profile = profile_from_run_dir(setting / "profile-run")
         cluster = load_cluster(setting / "CLUSTER.json")
-        hosts = TaskHosts(max(1.0, float(rows[0]["worker_cores"])), max(1.0, float(rows[0]["ps_cores"])))
+        hosts = TaskHosts(model_cores(rows[0]["worker_cores"]), model_cores(rows[0]["ps_cores"]))
         target = untraced_step_s(setting / "profile-run")
         scale = fit_computation_scale(profile, cluster, target, statistic="mean", colocation=hosts, steps=STEPS,
                                       warmup=WARMUP)

@@ -30,6 +30,7 @@ from simulate.cluster import (
     RpcChain,
     TokenBucket,
 )
+from simulate.config import model_cores
 from tfbase.errors import InputError, TfsimWarning, UsageError
 from tfbase.fileio import write_json
 from tfbase.units import MAX_RATE_BPS, MIN_RATE_BPS
@@ -133,7 +134,7 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
         connection_cap = _connection_caps(source, data.get("connection_cap_Bps"))
         rpc = _rpc(source, data.get("rpc"))
         ps_cpu = _ps_cpu(source, data.get("ps_cpu"))
-        hosts = _hosts(source, data.get("hosts"))
+        ps_host_cores, worker_host_cores = _hosts(source, data.get("hosts")) or (None, None)
         shaper = _shaper(source, data.get("link_ceiling"))
         return ClusterModel(down, up, win_bytes=win, overhead_downlink=overheads["downlink"],
                             overhead_uplink=overheads["uplink"], overhead_placement=placements[placement_name],
@@ -144,7 +145,7 @@ def cluster_from_dict(data: dict, source: str = "CLUSTER.json") -> ClusterModel:
                             connection_cap_downlink_Bps=connection_cap["downlink"],
                             connection_cap_uplink_Bps=connection_cap["uplink"],
                             shaper=shaper, rpc=rpc, ps_cpu=ps_cpu,
-                            ps_host_cores=hosts[0] if hosts else None, worker_host_cores=hosts[1] if hosts else None,
+                            ps_host_cores=ps_host_cores, worker_host_cores=worker_host_cores,
                             default_transfer=default_transfer, calibrated=True, source=str(source))
     except UsageError as err:
         raise ClusterFormatError(source, f"{err.source}: {err.problem}" if err.source else err.problem) from None
@@ -221,13 +222,12 @@ def _ps_cpu(source, data) -> PsCpu | None:
 
 def _hosts(source, data) -> tuple[float, float] | None:
     """``hosts`` of CLUSTER.json (calibration.md §4.10): the model cores of the PS and of the worker
-    hosts, ``max(1, cores)`` each (the profile's ops ran at their host's speed, one at a time on a
-    host of a core or less); absent or null: not known."""
+    hosts (:func:`~simulate.config.model_cores` of each recorded quota); absent or null: not known."""
     if data is None:
         return None
     if not isinstance(data, dict):
         raise ClusterFormatError(source, "hosts must be an object with ps_cores and worker_cores")
-    return tuple(max(1.0, _number(source, data, key, low=1e-3, high=MAX_HOST_CORES, where="hosts"))
+    return tuple(model_cores(_number(source, data, key, low=1e-3, high=MAX_HOST_CORES, where="hosts"))
                  for key in ("ps_cores", "worker_cores"))
 
 

@@ -106,7 +106,6 @@ def parse_enum(kind: type[enum.Enum], text: str, parameter: str) -> enum.Enum:
     raise UsageError(parameter, f"unknown {kind.__name__.lower()} {text!r}; choose from {choices}")
 
 
-
 def as_member(kind: type[enum.Enum], value, parameter: str) -> enum.Enum:
     """``value`` as a member of ``kind`` (itself, or its value), or a UsageError naming ``parameter``.
 
@@ -120,6 +119,21 @@ def as_member(kind: type[enum.Enum], value, parameter: str) -> enum.Enum:
     if isinstance(value, str):
         return parse_enum(kind, value, parameter)
     raise UsageError(parameter, f"must be {' or '.join(repr(m.value) for m in kind)}, not {value!r}")
+
+
+def model_cores(quota_cores: float) -> float:
+    """The model cores of a host whose task ran under a CPU quota of ``quota_cores`` when it was
+    profiled (docs/model.md §4.3): the profile's op times already carry that host's speed, so a
+    quota of a core or less runs one op at a time at the profiled speed (1 model core) and a
+    larger quota q runs q.
+
+    Examples
+    --------
+    >>> model_cores(0.29), model_cores(4.0)
+    (1.0, 4.0)
+    """
+    return max(1.0, float(quota_cores))
+
 
 @dataclasses.dataclass(frozen=True)
 class Colocation:

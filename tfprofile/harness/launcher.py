@@ -153,7 +153,7 @@ class CollectConfig:
             if getattr(self, name) < 0:
                 raise UsageError(name, f"must not be negative, not {getattr(self, name)}")
         if self.placement not in PLACEMENTS:
-            raise UsageError("placement", f"must be round_robin or greedy, not {self.placement!r}")
+            raise UsageError("placement", f"must be {' or '.join(PLACEMENTS)}, not {self.placement!r}")
         if not (self.timeout_s > 0 and self.startup_timeout_s > 0):
             raise UsageError("timeout_s", "timeouts must be positive")
 

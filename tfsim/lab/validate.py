@@ -40,7 +40,7 @@ from calibration.plots import overhead_figure, stream_timeline_figure
 from simulate.cluster import overflow_onset_workers
 from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
-from simulate.config import TaskHosts
+from simulate.config import TaskHosts, model_cores
 from simulate.results import measurement_stats
 from simulate.sweep import parse_workers, predict
 from simulate.untrace import fit_computation_scale, scale_computation
@@ -138,14 +138,15 @@ class LabSetting:
             if value is not None and not (MIN_QUOTA_CORES <= value <= MACHINE_CORES):
                 raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
                                        f"cores, not {value:g}")
+        if not math.isfinite(self.cpu_period_ms):
+            raise UsageError("cpu_period_ms", f"must be a number of milliseconds, not {self.cpu_period_ms}")
         if not self.colocated:
             check_period(self.period_us, min(c for c in self._quota_cores() if c is not None))
 
     @property
     def period_us(self) -> int:
         """The CFS period of the emulated hosts' quotas, in microseconds."""
-        period = self.cpu_period_ms * 1e3
-        return round(period) if math.isfinite(period) else -1
+        return round(self.cpu_period_ms * 1e3)
 
     @property
     def profiled_ps(self) -> int:
@@ -368,8 +369,8 @@ def simulated_hosts(setting: LabSetting) -> dict:
     if setting.colocated:
         return {"cores": MACHINE_CORES}
     quotas = setting.quotas()
-    return {"colocation": TaskHosts(worker_cores=max(1.0, quotas.worker_cores),
-                                    ps_cores=max(1.0, quotas.ps_cores))}
+    return {"colocation": TaskHosts(worker_cores=model_cores(quotas.worker_cores),
+                                    ps_cores=model_cores(quotas.ps_cores))}
 
 
 def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: int, rerun_loaded: bool,
