@@ -9,7 +9,9 @@ docs/model.md §4.3), the links shaped as the lab's tbf was (CLUSTER.json ``link
 unless ``--calibrated-shaper``, with the tbf's limit as the buffer for a lab calibrated before
 CLUSTER.json carried it; the PS CPU bound (docs/model.md §4.7) applies as for the flow model.
 Prints per point the measured mean and range, the lab's flow prediction and the replay's, and
-the bars' summary for both. A study tool, not part of tfsim.
+the bars' summary for both. ``--packet-window queue_window`` gives the replay of before
+2026-11-27 (each connection capped at the calibrated queue window). A study tool, not part of
+tfsim.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulate.cluster_file import load_cluster  # noqa: E402
-from simulate.config import CongestionControl, PacketNetwork, TaskHosts  # noqa: E402
+from simulate.config import CongestionControl, PacketNetwork, TaskHosts, WindowLimit  # noqa: E402
 from simulate.sweep import predict  # noqa: E402
 from tfprofile.profile_io import load_profile  # noqa: E402
 from tfsim.lab.netns import Transport  # noqa: E402
@@ -58,8 +60,10 @@ def main() -> None:
     parser.add_argument("--csv", type=Path)
     parser.add_argument("--follow-cc", action="store_true", help="use the setting's own congestion control")
     parser.add_argument("--jobs", type=int, default=1)
-    parser.add_argument("--window", type=int, help="each connection's receive window, bytes (default: the "
-                                                   "calibrated queue window)")
+    parser.add_argument("--window", type=int, help="each connection's receive window, bytes (default: as "
+                                                   "--packet-window says)")
+    parser.add_argument("--packet-window", choices=[w.value for w in WindowLimit], default="congestion",
+                        help="what bounds a connection's bytes in flight (simulate.config.WindowLimit)")
     args = parser.parse_args()
     results = pd.read_csv(args.lab / "results.csv")
     rows = []
@@ -78,7 +82,8 @@ def main() -> None:
         named = re.search(r"(bbr|cubic|reno) congestion control", str(first.get("transport", "")))
         if named and args.follow_cc:
             cc = CongestionControl[named.group(1).upper()]
-        network = PacketNetwork(congestion_control=cc, segment_bytes=args.segment, receive_window_bytes=args.window)
+        network = PacketNetwork(congestion_control=cc, segment_bytes=args.segment, receive_window_bytes=args.window,
+                                window=WindowLimit(args.packet_window))
         workers = [int(w) for w in group["workers"]]
         if args.workers:
             workers = [w for w in workers if w in {int(x) for x in args.workers.split(",")}]

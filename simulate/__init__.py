@@ -41,6 +41,9 @@ _PUBLIC = {
     "Enforcement": "simulate.config",
     "TieOrder": "simulate.config",
     "Placement": "simulate.config",
+    "PacketNetwork": "simulate.config",
+    "CongestionControl": "simulate.config",
+    "WindowLimit": "simulate.config",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -389,21 +389,32 @@ class CongestionControl(enum.Enum):
     BBR = "ns3::TcpBbr"
 
 
+class WindowLimit(enum.Enum):
+    """What bounds the bytes a packet-level replay's TCP connection keeps in flight."""
+
+    CONGESTION = "congestion"  # its congestion window alone, under socket buffers of send_buffer_bytes
+    QUEUE_WINDOW = "queue_window"  # also the cluster's calibrated queue window, as a receive window
+
+
 @dataclasses.dataclass(frozen=True)
 class PacketNetwork:
     """The transport a packet-level replay simulates (docs/model.md §12); the defaults are Linux's.
 
     Attributes:
-        congestion_control: every host's. NewReno by default: measured against the lab's Linux
-            senders, a window-limited loss-based sender capped at the calibrated window is what
-            they do on these links, and ns-3's BBR is not (docs/model.md §12).
+        congestion_control: every host's. NewReno by default: judged against the lab's Linux
+            senders, a loss-based sender limited by its congestion window is what they do on
+            these links, and ns-3's BBR is not (docs/model.md §12).
+        window: what else bounds a connection's bytes in flight. ``CONGESTION`` (default):
+            nothing but socket buffers of ``send_buffer_bytes``, so senders fill the links'
+            buffers and lose packets as the lab's did from two workers on; ``QUEUE_WINDOW``: the
+            cluster's calibrated queue window too (what each busy connection kept queued in the
+            one-worker capture; the default before 2026-11-27, docs/model.md §12).
         segment_bytes: TCP's maximum segment (payload) size.
         min_rto_s: the least retransmission timeout (Linux: 200 ms).
         one_way_delay_s: each link's propagation delay (a host to the switch).
         send_buffer_bytes: each socket's send buffer.
-        receive_window_bytes: each socket's receive buffer, the most a connection has in flight;
-            None: the cluster's queue window (what each busy connection keeps queued, as the
-            capture measured it), else ``send_buffer_bytes``.
+        receive_window_bytes: each socket's receive buffer, the most a connection has in flight,
+            given explicitly; None: as ``window`` says.
         initial_cwnd_segments: TCP's initial congestion window.
 
     Examples
@@ -413,6 +424,7 @@ class PacketNetwork:
     """
 
     congestion_control: CongestionControl = CongestionControl.RENO
+    window: WindowLimit = WindowLimit.CONGESTION
     segment_bytes: int = 1448
     min_rto_s: float = 0.2
     one_way_delay_s: float = 25e-6
@@ -423,6 +435,8 @@ class PacketNetwork:
     def __post_init__(self) -> None:
         if not isinstance(self.congestion_control, CongestionControl):
             raise UsageError("congestion_control", f"must be a CongestionControl, not {self.congestion_control!r}")
+        if not isinstance(self.window, WindowLimit):
+            raise UsageError("window", f"must be a WindowLimit, not {self.window!r}")
         if isinstance(self.segment_bytes, bool) or not isinstance(self.segment_bytes, int) or not (
                 536 <= self.segment_bytes <= 65_000):
             raise UsageError("segment_bytes", f"must be between 536 and 65,000 bytes, not {self.segment_bytes!r}")

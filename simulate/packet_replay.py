@@ -29,8 +29,9 @@ the cluster's :class:`~simulate.cluster.LinkShaper` where it records one (the la
 calibrated token bucket (its sustained rate, its bucket spent at the bandwidth), else the
 bandwidth alone, all as wire rates at a full segment's header overhead; each holds at most the
 cluster's buffer (unknown: ``DEFAULT_QUEUE_S`` of its rate) and drops what does not fit. A
-connection keeps at most the calibrated queue window in flight (the receive window the capture
-showed). ns-3 runs its own event loop; the replay's events are ns-3 events too, so that every
+connection keeps in flight what its congestion window allows (socket buffers of
+``PacketNetwork.send_buffer_bytes``), or at most the calibrated queue window with
+``WindowLimit.QUEUE_WINDOW``. ns-3 runs its own event loop; the replay's events are ns-3 events too, so that every
 tie is broken by ns-3's FIFO order of equal times, which makes a run deterministic for its seed.
 
 ns-3 and cppyy are imported by :func:`replay_packets` only (the ``packet`` extra).
@@ -53,7 +54,7 @@ import numpy as np
 
 from simulate.cluster import ClusterModel
 from simulate.codes import ParseLane
-from simulate.config import MAX_PACKET_WORKERS, Mode, PacketNetwork, Sharing
+from simulate.config import MAX_PACKET_WORKERS, Mode, PacketNetwork, Sharing, WindowLimit
 from simulate.engine import SimRun, sample_steps
 from simulate.prepare import KIND_LATENCY, KIND_MESSAGE, KIND_OVERHEAD, KIND_TRANSFER, SimGraph
 from tfbase.errors import UsageError
@@ -146,11 +147,15 @@ def _shaper(sustained_Bps: float, bandwidth_Bps: float, bucket, wire: float) -> 
     return 8 * sustained_Bps * wire, 8 * bandwidth_Bps * wire, int(float(bucket.bucket_bytes) * wire)
 
 
-def _receive_window(network: PacketNetwork, cluster: ClusterModel) -> int:
+def receive_window_bytes(network: PacketNetwork, cluster: ClusterModel) -> int:
+    """Each socket's receive buffer: the network's explicit one, else the calibrated queue window
+    under ``WindowLimit.QUEUE_WINDOW`` (where the cluster has one), else the send buffer."""
     if network.receive_window_bytes is not None:
         return int(network.receive_window_bytes)
     window = max(cluster.queue_window_downlink_bytes, cluster.queue_window_uplink_bytes)
-    return int(window) if window > 0 else network.send_buffer_bytes
+    if network.window is WindowLimit.QUEUE_WINDOW and window > 0:
+        return int(window)
+    return network.send_buffer_bytes
 
 
 def wire_per_payload(network: PacketNetwork) -> float:
@@ -449,7 +454,7 @@ def replay_packets(graph: SimGraph, cluster: ClusterModel, workers: int, *, step
         net.build(workers, graph.n_servers, down[0], up[0], down[1], up[1], down[2], up[2], peak_bucket,
                   buffers[0], buffers[1], network.one_way_delay_s, network.congestion_control.value,
                   network.segment_bytes, network.min_rto_s, network.send_buffer_bytes,
-                  _receive_window(network, cluster), network.initial_cwnd_segments, seed)
+                  receive_window_bytes(network, cluster), network.initial_cwnd_segments, seed)
         for w in range(workers):
             replay.at(CONNECT_S + starts[w], lambda w=w: replay.start(w))
         net.run()

@@ -15,7 +15,7 @@ pytest.importorskip("ns", reason="the packet transfer model needs the packet ext
 
 import simulate
 from simulate.cluster import LinkShaper
-from simulate.config import CongestionControl, Mode, PacketNetwork, TaskHosts
+from simulate.config import CongestionControl, Mode, PacketNetwork, TaskHosts, WindowLimit
 from simulate.packet_replay import replay_packets
 from simulate.prepare import prepare
 from simulate.sweep import plan_sweep, staggered_starts
@@ -78,17 +78,35 @@ def test_a_link_bound_job_stays_below_its_links_limit_and_near_it(profile, slow_
     assert 0.75 * limit < run.throughput_eps <= limit
 
 
-def test_a_buffer_that_holds_every_window_drops_nothing_and_a_small_one_drops(profile, slow_cluster):
-    """docs/model.md §12: each connection keeps at most its queue window in flight, so W windows
-    that fit in the PS port's buffer never overflow it; a buffer well below them does, and the
-    losses cost throughput (the lab's tiny at W >= 4, bench/results/packet-2026-11-26)."""
+QUEUE_WINDOW = PacketNetwork(window=WindowLimit.QUEUE_WINDOW)
+
+
+def test_a_buffer_that_holds_every_queue_window_drops_nothing_and_a_small_one_drops(profile, slow_cluster):
+    """docs/model.md §12, ``WindowLimit.QUEUE_WINDOW``: each connection keeps at most its queue
+    window in flight, so W windows that fit in the PS port's buffer never overflow it; a buffer
+    well below them does, and the losses cost throughput."""
     window = 65_160
     cluster = dataclasses.replace(slow_cluster, queue_window_downlink_bytes=window, queue_window_uplink_bytes=window)
-    deep = _replay(profile, cluster.with_buffer(20 * window), 4, ps_cores=1.0)
-    shallow = _replay(profile, cluster.with_buffer(window), 4, ps_cores=1.0)
+    deep = _replay(profile, cluster.with_buffer(20 * window), 4, ps_cores=1.0, network=QUEUE_WINDOW)
+    shallow = _replay(profile, cluster.with_buffer(window), 4, ps_cores=1.0, network=QUEUE_WINDOW)
     assert deep.drops_down == deep.drops_up == 0
     assert shallow.drops_down + shallow.drops_up > 0
     assert shallow.throughput_eps < deep.throughput_eps
+
+
+def test_by_default_congestion_windows_fill_a_buffer_that_every_queue_window_fits(profile, slow_cluster):
+    """docs/model.md §12, the default ``WindowLimit.CONGESTION``: the senders' windows grow until
+    the PS port's buffer overflows, however many calibrated queue windows it holds: the lab's
+    Linux senders dropped packets there from two workers on, below the W at which their
+    one-worker windows would overflow it (bench/results/packet-window-2026-11-27)."""
+    window = 65_160
+    cluster = dataclasses.replace(slow_cluster, queue_window_downlink_bytes=window,
+                                  queue_window_uplink_bytes=window).with_buffer(4 * window)
+    capped = _replay(profile, cluster, 2, ps_cores=1.0, network=QUEUE_WINDOW)
+    default = _replay(profile, cluster, 2, ps_cores=1.0)
+    assert capped.drops_down == capped.drops_up == 0
+    assert default.drops_down + default.drops_up > 0
+    assert PacketNetwork().window is WindowLimit.CONGESTION
 
 
 def test_the_labs_shaper_lets_an_idle_link_burst(profile, slow_cluster):
@@ -161,6 +179,11 @@ def test_the_cli_predicts_with_packets_and_refuses_what_it_cannot(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "--workers" in bad.stderr and "64" in bad.stderr
+    unknown = subprocess.run([sys.executable, "-m", "tfsim", "predict", PROFILE, "--cluster", CLUSTER,
+                              "--transfer", "packet", "--packet-window", "receive"], capture_output=True, text=True,
+                             timeout=600)
+    assert unknown.returncode == 2
+    assert unknown.stderr.count("\n") == 1 and "--packet-window" in unknown.stderr
 
 
 def test_auto_runs_the_packet_model_from_the_overflow_onset_and_the_flow_model_below(profile):

@@ -61,9 +61,12 @@ def register(sub) -> None:
                         "(default: the cluster's default_transfer, grpc for clusters calibrated from TF 2.x "
                         "captures; http2 without a calibration)")
     p.add_argument("--packet-cc", choices=("reno", "cubic", "bbr"), default="reno",
-                   help="the congestion control of --transfer packet's TCP senders (default: reno, capped at the "
-                        "calibrated queue window: what the lab's Linux senders did on its links; ns-3's bbr is not "
-                        "Linux's, docs/model.md §12)")
+                   help="the congestion control of --transfer packet's TCP senders (default: reno, which "
+                        "predicted the lab's Linux senders best; ns-3's bbr is not Linux's, docs/model.md §12)")
+    p.add_argument("--packet-window", choices=("congestion", "queue_window"), default="congestion",
+                   help="what bounds a --transfer packet connection's bytes in flight: its congestion window "
+                        "(default), or also the calibrated queue window (the one-worker capture's; "
+                        "docs/model.md §12)")
     p.add_argument("--priorities", type=Path, action="append", default=[], metavar="NAME=FILE|FILE",
                    help="a TicTac priority file (name<TAB>priority); its order is used by --transfer NAME "
                         "(default NAME: the file's stem). Repeatable.")
@@ -130,7 +133,7 @@ def _names(text: str) -> list[str]:
 def run(args) -> int:
     from simulate.chrome_trace import write_chrome_trace
     from simulate.cluster_file import resolve_cluster
-    from simulate.config import CongestionControl, Enforcement, PacketNetwork, Placement, TieOrder
+    from simulate.config import CongestionControl, Enforcement, PacketNetwork, Placement, TieOrder, WindowLimit
     from simulate.orderings import expand_random, ordering_priorities, read_priority_files
     from simulate.planning import Prices, add_costs, cheapest
     from simulate.sweep import default_jobs, parse_workers, plan_sweep, plan_traced_run, traced_run
@@ -195,7 +198,8 @@ def run(args) -> int:
             settle=args.settle,
             stagger=args.stagger, worker_speed=worker_speeds(args.worker_speed, args.seed), replicas=args.replicas,
             enforcement=args.enforcement, tie_order=args.tie_order, placement=args.placement,
-            network=PacketNetwork(congestion_control=CongestionControl[args.packet_cc.upper()]))
+            network=PacketNetwork(congestion_control=CongestionControl[args.packet_cc.upper()],
+                                  window=WindowLimit(args.packet_window)))
         trace_options = dict(workers=args.trace_workers or max(parse_workers(args.workers)), transfer=transfers[0],
                              priorities=priorities, sharing=sharings[0], mode=args.mode, servers=args.servers,
                              cores=args.cores, colocation=task_hosts(args), steps=args.trace_steps, seed=args.seed,
