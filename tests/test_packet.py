@@ -160,6 +160,8 @@ def test_bad_network_settings_name_their_parameter():
         PacketNetwork(segment_bytes=100)
     with pytest.raises(UsageError, match="min_rto_s"):
         PacketNetwork(min_rto_s=-1)
+    with pytest.raises(UsageError, match="window"):
+        PacketNetwork(window="congestion")
     with pytest.raises(UsageError, match=r"shaper\.peak_rate_Bps"):
         LinkShaper(12.5e6, 98_304, 1e6, 98_304)
 
