@@ -31,8 +31,9 @@ bandwidth alone, all as wire rates at a full segment's header overhead; each hol
 cluster's buffer (unknown: ``DEFAULT_QUEUE_S`` of its rate) and drops what does not fit. A
 connection keeps in flight what its congestion window allows (socket buffers of
 ``PacketNetwork.send_buffer_bytes``), or at most the calibrated queue window with
-``WindowLimit.QUEUE_WINDOW``. ns-3 runs its own event loop; the replay's events are ns-3 events too, so that every
-tie is broken by ns-3's FIFO order of equal times, which makes a run deterministic for its seed.
+``WindowLimit.QUEUE_WINDOW``. ns-3 runs its own event loop; the replay's events are ns-3 events
+too, so that every tie is broken by ns-3's FIFO order of equal times, which makes a run
+deterministic for its seed.
 
 ns-3 and cppyy are imported by :func:`replay_packets` only (the ``packet`` extra).
 """
