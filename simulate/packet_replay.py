@@ -153,9 +153,10 @@ def receive_window_bytes(network: PacketNetwork, cluster: ClusterModel) -> int:
     under ``WindowLimit.QUEUE_WINDOW`` (where the cluster has one), else the send buffer."""
     if network.receive_window_bytes is not None:
         return int(network.receive_window_bytes)
-    window = max(cluster.queue_window_downlink_bytes, cluster.queue_window_uplink_bytes)
-    if network.window is WindowLimit.QUEUE_WINDOW and window > 0:
-        return int(window)
+    if network.window is WindowLimit.QUEUE_WINDOW:
+        window = max(cluster.queue_window_downlink_bytes, cluster.queue_window_uplink_bytes)
+        if window > 0:
+            return int(window)
     return network.send_buffer_bytes
 
 
