@@ -20,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+from auto_judge import _truthy  # noqa: E402  (the same reading of results.csv's flags)
 from packet_judge import lab_buffer  # noqa: E402
 
 from simulate.cluster import overflow_onset_workers  # noqa: E402
@@ -75,7 +76,7 @@ for name, (lab, packet_csv, flow_csv) in LABS.items():
     t["lab"] = name
     frames.append(t)
 t = pd.concat(frames, ignore_index=True)
-over = t["overflow_expected"].astype(str).str.lower().isin(["true", "1"])
+over = _truthy(t["overflow_expected"])
 t["auto_onset"] = t["packet"].where(over, t["flow"])
 t["packet_from_w2"] = t["packet"].where(t["workers"] >= 2, t["flow"])
 rules = ["flow", "packet", "auto_onset", "packet_from_w2"]

@@ -13,7 +13,6 @@ from simulate.packet_replay import replay_packets
 from simulate.prepare import prepare
 from tfprofile.profile_io import load_profile
 
-# args: tag then lab:setting:W1,W2 ...
 tag = sys.argv[1]
 net = PacketNetwork(segment_bytes=int(os.environ.get("SEG", "1448")),
                     congestion_control=CongestionControl[os.environ.get("CC", "reno").upper()],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The six variants of README.md on the eleven diagnostic points (about 25 min on this machine).
+# The six variants of README.md on the twelve diagnostic points (about 25 min on this machine).
 # Run from a worktree of the commit named in README.md with prototype.patch applied:
 #   git worktree add /tmp/wt-sq <commit> && cd /tmp/wt-sq && git apply bench/results/sender-queue-2026-11-27/prototype.patch
 #   bash bench/results/sender-queue-2026-11-27/grid.sh > grid.txt
