@@ -63,10 +63,12 @@ for name, (lab, packet_csv, flow_csv) in LABS.items():
         continue
     results = pd.read_csv(RESULTS / lab / "results.csv")
     if "overflow_expected" not in results:  # older labs: the same rule from their calibration and queue
-        flags = []
+        flags, windows = [], {}
         for _, row in results.iterrows():
-            cluster = load_cluster(RESULTS / lab / row["setting"] / "CLUSTER.json")
-            onset = overflow_onset_workers(cluster.queue_window_uplink_bytes, lab_buffer(row) or math.inf)
+            if row["setting"] not in windows:  # one calibration per setting
+                cluster = load_cluster(RESULTS / lab / row["setting"] / "CLUSTER.json")
+                windows[row["setting"]] = cluster.queue_window_uplink_bytes
+            onset = overflow_onset_workers(windows[row["setting"]], lab_buffer(row) or math.inf)
             flags.append(onset is not None and row["workers"] >= onset)
         results["overflow_expected"] = flags
     packet = pd.read_csv(packet_path)[KEY + ["error"]].rename(columns={"error": "packet"})
