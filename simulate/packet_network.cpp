@@ -62,9 +62,12 @@ class Network {
                uint32_t buffer_up_bytes, double one_way_delay_s, const std::string& congestion_control,
                uint32_t segment_bytes, double min_rto_s, uint32_t send_buffer_bytes, uint32_t receive_buffer_bytes,
                uint32_t initial_cwnd,
-               uint32_t seed) {
+               uint32_t seed, double cap_down_bps, double cap_up_bps) {
         workers_ = workers;
         servers_ = servers;
+        cap_down_bps_ = cap_down_bps;
+        cap_up_bps_ = cap_up_bps;
+        paced_ = congestion_control == "ns3::TcpBbr";
         RngSeedManager::SetSeed(1 + seed);
         RngSeedManager::SetRun(1);
         Config::SetDefault("ns3::TcpL4Protocol::SocketType", StringValue(congestion_control));
@@ -78,8 +81,7 @@ class Network {
         Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
         Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
         // Linux paces the senders whose congestion control asks for it (BBR); the others send
-        // as their window allows.
-        Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(congestion_control == "ns3::TcpBbr"));
+        // as their window allows, at most at a calibrated connection cap (SenderCap).
         uint32_t packet_bytes = segment_bytes + 80;  // headers and options, with room
         if (peak_bucket_bytes < packet_bytes) peak_bucket_bytes = packet_bytes;
 
@@ -132,6 +134,7 @@ class Network {
         streams_.assign(size_t(workers) * servers * 4, Stream());
         // Listeners: servers accept connection A on port 7000, workers accept B on 7001.
         for (int h = 0; h < servers + workers; ++h) {
+            SenderCap(h < servers);  // an accepted socket inherits its listener's
             Ptr<Socket> listener = Socket::CreateSocket(hosts_.Get(h), TcpSocketFactory::GetTypeId());
             listener->Bind(InetSocketAddress(Ipv4Address::GetAny(), h < servers ? 7000 : 7001));
             listener->Listen();
@@ -179,22 +182,36 @@ class Network {
     uint64_t server_drops_up_ = 0;
     uint64_t recoveries_ = 0;
     uint64_t timeouts_ = 0;
+    double cap_down_bps_ = 0;
+    double cap_up_bps_ = 0;
+    bool paced_ = false;
 
     void Connect() {
         for (int w = 0; w < workers_; ++w) {
             for (int m = 0; m < servers_; ++m) {
                 // A: the worker connects to the server.
+                SenderCap(false);
                 Ptr<Socket> a = Socket::CreateSocket(hosts_.Get(servers_ + w), TcpSocketFactory::GetTypeId());
                 a->Bind();
                 a->Connect(InetSocketAddress(addresses_[m], 7000));
                 Attach(a, stream_index(w, m, 0, 1), stream_index(w, m, 0, 0));
                 // B: the server connects to the worker.
+                SenderCap(true);
                 Ptr<Socket> b = Socket::CreateSocket(hosts_.Get(m), TcpSocketFactory::GetTypeId());
                 b->Bind();
                 b->Connect(InetSocketAddress(addresses_[servers_ + w], 7001));
                 Attach(b, stream_index(w, m, 1, 0), stream_index(w, m, 1, 1));
             }
         }
+    }
+
+    // The sockets made next send down (a server's) or up (a worker's): a calibrated cap on one
+    // worker's connection in that direction (docs/model.md §4.8) paces them at most at it.
+    void SenderCap(bool down) const {
+        double cap = down ? cap_down_bps_ : cap_up_bps_;
+        Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(paced_ || cap > 0));
+        Config::SetDefault("ns3::TcpSocketState::MaxPacingRate",
+                           DataRateValue(DataRate(cap > 0 ? uint64_t(cap) : uint64_t(4e9))));
     }
 
     static QueueDiscContainer Shaper(Ptr<NetDevice> device, double rate_bps, double peak_bps, uint32_t bucket_bytes,

@@ -31,7 +31,9 @@ bandwidth alone, all as wire rates at a full segment's header overhead; each hol
 cluster's buffer (unknown: ``DEFAULT_QUEUE_S`` of its rate) and drops what does not fit. A
 connection keeps in flight what its congestion window allows (socket buffers of
 ``PacketNetwork.send_buffer_bytes``), or at most the calibrated queue window with
-``WindowLimit.QUEUE_WINDOW``. ns-3 runs its own event loop; the replay's events are ns-3 events
+``WindowLimit.QUEUE_WINDOW``. Where the calibration caps one worker's connection in a
+direction (docs/model.md §4.8), every socket sending in that direction is paced at most at the
+cap. ns-3 runs its own event loop; the replay's events are ns-3 events
 too, so that every tie is broken by ns-3's FIFO order of equal times, which makes a run
 deterministic for its seed.
 
@@ -158,6 +160,18 @@ def receive_window_bytes(network: PacketNetwork, cluster: ClusterModel) -> int:
         if window > 0:
             return int(window)
     return network.send_buffer_bytes
+
+
+def _pacing_cap_bps(cap_Bps: float) -> float:
+    """A calibrated connection cap (payload bytes/s, inf: none) as ns-3's pacing limit: payload
+    bits/s, ns-3 paces a segment's data bytes; 0 for no cap.
+
+    Examples
+    --------
+    >>> _pacing_cap_bps(28.3e6), _pacing_cap_bps(math.inf)
+    (226400000.0, 0.0)
+    """
+    return 8 * cap_Bps if math.isfinite(cap_Bps) else 0.0
 
 
 def wire_per_payload(network: PacketNetwork) -> float:
@@ -456,7 +470,9 @@ def replay_packets(graph: SimGraph, cluster: ClusterModel, workers: int, *, step
         net.build(workers, graph.n_servers, down[0], up[0], down[1], up[1], down[2], up[2], peak_bucket,
                   buffers[0], buffers[1], network.one_way_delay_s, network.congestion_control.value,
                   network.segment_bytes, network.min_rto_s, network.send_buffer_bytes,
-                  receive_window_bytes(network, cluster), network.initial_cwnd_segments, seed)
+                  receive_window_bytes(network, cluster), network.initial_cwnd_segments, seed,
+                  *(_pacing_cap_bps(cap) for cap in (cluster.connection_cap_downlink_Bps,
+                                                     cluster.connection_cap_uplink_Bps)))
         for w in range(workers):
             replay.at(CONNECT_S + starts[w], lambda w=w: replay.start(w))
         net.run()

@@ -71,6 +71,28 @@ def test_one_worker_agrees_with_the_flow_engine(profile):
     assert table["transfer"].tolist() == ["packet", "grpc"]
 
 
+def test_a_connection_cap_holds_a_lone_worker_at_the_cap_as_the_flow_model_does(profile):
+    """docs/model.md §4.8 and §12: a calibrated per-connection cap paces every socket sending in
+    its direction at most at the cap. With caps far below the links' rate, one worker's step is
+    bound by them: no faster than its bytes at the caps, and the packet replay agrees with the
+    flow model, which applies the same caps, within 3%."""
+    cluster = dataclasses.replace(simulate.load_cluster(CLUSTER), rpc=None)
+    cap_down, cap_up = 3e6, 2e6  # bytes/s; the links move about 120e6
+    capped = dataclasses.replace(cluster, connection_cap_downlink_Bps=cap_down, connection_cap_uplink_Bps=cap_up)
+    hosts = TaskHosts(worker_cores=1, ps_cores=1)
+    table = simulate.predict(profile, capped, workers=1, transfer=["packet", "grpc"], steps=40, warmup=8,
+                             colocation=hosts)
+    packet, grpc = table["throughput_eps"]
+    uncapped = simulate.predict(profile, cluster, workers=1, transfer="packet", steps=40, warmup=8,
+                                colocation=hosts)["throughput_eps"].iloc[0]
+    graph = profile.graph
+    bytes_down, bytes_up = (graph.size_bytes[graph.resource == r].sum() for r in (Resource.DOWNLINK, Resource.UPLINK))
+    at_the_caps_s = bytes_down / cap_down + bytes_up / cap_up
+    assert packet <= profile.batch_size / at_the_caps_s
+    assert packet == pytest.approx(grpc, rel=0.03)
+    assert packet < 0.5 * uncapped
+
+
 def test_a_link_bound_job_stays_below_its_links_limit_and_near_it(profile, slow_cluster):
     limit = _link_limit_eps(profile, slow_cluster)
     run = _replay(profile, slow_cluster.with_buffer(4_000_000), 3, ps_cores=1.0)
