@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Candidate rules for ``--transfer auto`` judged on saved lab points, from saved predictions only:
-``python bench/results/auto-rule-2026-11-27/judge_rules.py`` (seconds).
+``python bench/results/auto-rule-2026-11-27/judge_rules.py [--with-cap]`` (seconds).
 
 Per lab: the packet model's error per point (bench/packet_judge.py ``--csv``, congestion-window
 senders), the flow model's (bench/lab_flow_judge.py on the same saved profiles and
@@ -78,6 +78,15 @@ for name, (lab, packet_csv, flow_csv) in LABS.items():
     t["lab"] = name
     frames.append(t)
 t = pd.concat(frames, ignore_index=True)
+if "--with-cap" in sys.argv[1:]:  # the packet model's points where the calibration caps a connection, re-judged
+    # with the cap (bench/results/connection-cap-2026-11-27); every other point is the same by construction
+    CAPPED = {"matrix": "matrix-convnet.csv", "2ps": "2ps-convnet.csv", "fresh-11-27": "fresh-convnet.csv"}
+    for name, csv in CAPPED.items():
+        capped = pd.read_csv(RESULTS / "connection-cap-2026-11-27" / csv).set_index(KEY)["error"]
+        rows = t.index[t["lab"] == name]
+        keys = pd.MultiIndex.from_frame(t.loc[rows, KEY])
+        found = keys.isin(capped.index)
+        t.loc[rows[found], "packet"] = capped.reindex(keys[found]).to_numpy()
 over = _truthy(t["overflow_expected"])
 t["auto_onset"] = t["packet"].where(over, t["flow"])
 t["packet_from_w2"] = t["packet"].where(t["workers"] >= 2, t["flow"])
