@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from simulate.cluster import ClusterModel, overflow_onset_workers
+from simulate.cluster import ClusterModel
 from simulate.cluster_file import resolve_cluster
 from simulate.config import (
     MAX_REPLICAS,
@@ -566,29 +566,44 @@ def check_events(events: int, what: str, parameter: str = "workers") -> None:
                                     "worker counts, steps or orders")
 
 
+AUTO_PACKET_FROM_WORKERS = 2  # docs/model.md §12, "Auto": where the packet model was the better one on the lab
+
+
+def auto_picks_packet(workers: int, buffer_bytes: float) -> bool:
+    """Whether ``auto`` hands ``workers`` workers to the packet model (docs/model.md §12, "Auto"):
+    from :data:`AUTO_PACKET_FROM_WORKERS` on, where a bounded buffer at the parameter server's
+    port (``buffer_bytes``, inf: unknown) says where the packet model's queues overflow.
+
+    Examples
+    --------
+    >>> auto_picks_packet(1, 160_804), auto_picks_packet(2, 160_804), auto_picks_packet(6, math.inf)
+    (False, True, False)
+    """
+    return workers >= AUTO_PACKET_FROM_WORKERS and math.isfinite(buffer_bytes)
+
+
 def resolve_auto(scenario: Scenario, cluster: ClusterModel, options: dict, *, traced: bool = False) -> Scenario:
     """The transfer model ``auto`` picks for one configuration (docs/model.md §12, "Auto").
 
-    From the fewest workers whose connections, each keeping the calibrated queue window at the
-    parameter server's port, overflow the link's buffer (:func:`~simulate.cluster.overflow_onset_workers`
-    of the uplink, as the lab's ``overflow_expected``), the packet model, which has the losses
-    that follow; below it, or without a bounded buffer and a queue window, the cluster's
-    default flow model, which is the better one there. Where the packet model cannot run the
-    configuration (W above 64, sharing other than ps, all-reduce, a shared host, stragglers,
-    a traced run, ns-3 not installed), the flow model too. The scenario keeps its policy
-    (``auto``), so a table's rows say which model each W ran in their ``transfer`` column.
+    From two workers on, where the cluster bounds the buffer at the parameter server's port
+    (calibrated, or a what-if), the packet model (:func:`auto_picks_packet`): there the
+    workers' senders meet in that buffer and lose packets, which the flow model's lossless
+    links leave out. At one worker, or without a bounded buffer, the cluster's default flow
+    model. Where the packet model cannot run the configuration (W above 64, sharing other than
+    ps, all-reduce, a shared host, stragglers, a traced run, ns-3 not installed), the flow
+    model too. The scenario keeps its policy (``auto``), so a table's rows say which model each
+    W ran in their ``transfer`` column.
 
     Examples
     --------
     >>> from simulate.cluster import ClusterModel
-    >>> cluster = ClusterModel(1.25e7, 1.25e7, queue_window_uplink_bytes=65_160, buffer_uplink_bytes=160_804)
-    >>> auto = Scenario(2, None, Mode.ASYNC, Sharing.PS, Transfer.AUTO, "auto")
+    >>> cluster = ClusterModel(1.25e7, 1.25e7, buffer_uplink_bytes=160_804)
+    >>> auto = Scenario(1, None, Mode.ASYNC, Sharing.PS, Transfer.AUTO, "auto")
     >>> resolve_auto(auto, cluster, {}).transfer.value
     'http2'
     """
     flow = dataclasses.replace(scenario, transfer=Transfer(cluster.default_transfer))
-    onset = overflow_onset_workers(cluster.queue_window_uplink_bytes, cluster.buffer_uplink_bytes)
-    if traced or onset is None or scenario.workers < onset:
+    if traced or not auto_picks_packet(scenario.workers, cluster.buffer_uplink_bytes):
         return flow
     packet = dataclasses.replace(scenario, transfer=Transfer.PACKET)
     try:

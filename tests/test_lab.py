@@ -165,21 +165,21 @@ def test_results_md_gives_the_packet_model_where_a_setting_asked_for_it(tmp_path
                       **dict.fromkeys(TIMELINE_COLUMNS, math.nan),
                       overflow_expected=overflow,
                       **packet_columns(packet, {"mean": 100.0, "min": 95.0, "max": 102.0}, grpc_eps=90.0,
-                                       overflow_expected=overflow))
+                                       auto_packet=workers >= 2))
         return values
 
     stats = {"mean": 100.0, "min": 95.0, "max": 102.0}
-    assert packet_columns(102.5, stats, grpc_eps=90.0, overflow_expected=False)["inside_packet"] is True  # within 3%
-    assert packet_columns(110.0, stats, grpc_eps=90.0, overflow_expected=False)["inside_packet"] is False
-    # auto: grpc's prediction until an overflow is expected, the packet model's from there
-    assert packet_columns(104.0, stats, grpc_eps=90.0, overflow_expected=False)["predicted_auto_eps"] == 90.0
-    assert packet_columns(104.0, stats, grpc_eps=90.0, overflow_expected=True)["error_auto"] == pytest.approx(0.04)
+    assert packet_columns(102.5, stats, grpc_eps=90.0, auto_packet=False)["inside_packet"] is True  # within 3%
+    assert packet_columns(110.0, stats, grpc_eps=90.0, auto_packet=False)["inside_packet"] is False
+    # auto: grpc's prediction where it does not pick the packet model, the packet model's where it does
+    assert packet_columns(104.0, stats, grpc_eps=90.0, auto_packet=False)["predicted_auto_eps"] == 90.0
+    assert packet_columns(104.0, stats, grpc_eps=90.0, auto_packet=True)["error_auto"] == pytest.approx(0.04)
     write_results([row(1, 104.0), row(2, None), row(3, 101.0, overflow=True)], tmp_path, preset="quick",
                   elapsed_s=1.0)
     text = (tmp_path / "results.md").read_text()
     assert "bars (packet model, 2 points): mean |error| 2.5% (met); max 4.0% (met); inside the measured range " \
            "or within 3% of its mean: 50% (missed)" in text
-    assert "bars (auto: packet where an overflow is expected, 2 points): mean |error| 5.5% (missed); max 10.0% " \
+    assert "bars (auto: packet from W = 2, grpc below, 2 points): mean |error| 5.5% (missed); max 10.0% " \
            "(met); inside the measured range or within 3% of its mean: 50% (missed)" in text
     assert "| s | 1 | 100.00 | 95.00..102.00 | 104.00 | +4.0% | no | -10.0% | no | -10.0% |" in text
     assert "| s | 3 | 100.00 | 95.00..102.00 | 101.00 | +1.0% | yes | -10.0% | yes | +1.0% |" in text

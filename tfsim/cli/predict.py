@@ -54,10 +54,9 @@ def register(sub) -> None:
                         "random (five seeded permutations, random#0..random#4) or the NAME of a --priorities file; "
                         "packet (whole streams in send-ready order over TCP connections simulated packet by packet "
                         "by ns-3: drops, retransmissions and timeouts included, up to 64 workers, seconds per "
-                        "configuration; pip install 'tfsim[packet]'); auto (per W: packet from the W whose "
-                        "uploads, a calibrated queue window each, overflow the link's buffer (calibrated or "
-                        "--buffer), the cluster's default below it or where packet cannot run; the transfer column "
-                        "says which ran) "
+                        "configuration; pip install 'tfsim[packet]'); auto (per W: packet from W = 2 where the "
+                        "PS's port has a bounded buffer (calibrated or --buffer), the cluster's default at W = 1, "
+                        "without a buffer or where packet cannot run; the transfer column says which ran) "
                         "(default: the cluster's default_transfer, grpc for clusters calibrated from TF 2.x "
                         "captures; http2 without a calibration)")
     p.add_argument("--packet-cc", choices=("reno", "cubic", "bbr"), default="reno",

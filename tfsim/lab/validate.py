@@ -42,7 +42,7 @@ from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
 from simulate.config import TaskHosts, model_cores
 from simulate.results import measurement_stats
-from simulate.sweep import parse_workers, predict
+from simulate.sweep import AUTO_PACKET_FROM_WORKERS, auto_picks_packet, parse_workers, predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
 from tfbase.figures import finish_throughput_axes, pyplot, save_figure
@@ -590,7 +590,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                else dict.fromkeys(TIMELINE_COLUMNS, math.nan)),
         })
         rows[-1].update(packet_columns(packet.get(w), stats, grpc_eps=predicted["grpc"],
-                                       overflow_expected=rows[-1]["overflow_expected"]))
+                                       auto_packet=auto_picks_packet(w, rows[-1]["buffer_bytes"])))
     return rows
 
 
@@ -602,13 +602,13 @@ def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int |
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
-def packet_columns(predicted: float | None, stats: dict, *, grpc_eps: float, overflow_expected: bool) -> dict:
+def packet_columns(predicted: float | None, stats: dict, *, grpc_eps: float, auto_packet: bool) -> dict:
     """results.csv's packet columns for one point (NaN where the setting did not ask for them),
-    and ``auto``'s: the packet model's prediction where an overflow is expected, grpc's
-    elsewhere (what ``--transfer auto`` picks, docs/model.md §12, "Auto")."""
+    and ``auto``'s: the packet model's prediction where ``auto_packet``, grpc's elsewhere (what
+    ``--transfer auto`` picks: :func:`simulate.sweep.auto_picks_packet`, docs/model.md §12, "Auto")."""
     if predicted is None:
         return dict.fromkeys(PACKET_COLUMNS, math.nan)
-    auto = predicted if overflow_expected else grpc_eps
+    auto = predicted if auto_packet else grpc_eps
     return {**_scored("packet", predicted, stats), **_scored("auto", auto, stats)}
 
 
@@ -643,7 +643,8 @@ def _packet_bar_line(frame) -> list[str]:
     if packet.empty:
         return []
     lines = []
-    for model, label in (("packet", "packet model"), ("auto", "auto: packet where an overflow is expected")):
+    auto_label = f"auto: packet from W = {AUTO_PACKET_FROM_WORKERS}, grpc below"
+    for model, label in (("packet", "packet model"), ("auto", auto_label)):
         errors = packet[f"error_{model}"].abs()
         share = float(packet[f"inside_{model}"].astype(bool).mean())
         lines.append(f"bars ({label}, {len(packet)} points): mean |error| {errors.mean() * 100:.1f}% "
