@@ -2,9 +2,11 @@
 """Judge ``--transfer auto`` on saved lab points: ``python bench/auto_judge.py PACKET_CSV RESULTS_CSV
 FLOW_CSV [--flow-variant NAME]``.
 
-``auto`` (docs/model.md §12, "Auto") predicts with the packet model where the lab expected an
-overflow (results.csv ``overflow_expected``: the workers' calibrated queue windows exceed the
-link's buffer) and with the flow model elsewhere. This takes each point's packet-model error
+``auto``'s rule until 2026-11-28 (docs/model.md §12, "Auto") predicted with the packet model
+where the lab expected an overflow (results.csv ``overflow_expected``: the workers' calibrated
+queue windows exceed the link's buffer) and with the flow model elsewhere; this judges that
+rule (today's, the packet model from W = 2, is judged beside it by
+bench/results/auto-rule-2026-11-27/judge_rules.py). This takes each point's packet-model error
 from PACKET_CSV (bench/packet_judge.py's output: columns setting, workers, error, inside; or a
 ``tfsim lab --packet`` results.csv: error_packet, inside_packet), the flow model's from FLOW_CSV
 (bench/lab_judge.py's ``--csv``: one variant's setting, workers, error, inside) and prints the
