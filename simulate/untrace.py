@@ -21,6 +21,7 @@ from tfbase.errors import UsageError
 from tfprofile.dag import DISPATCH_OP, Profile, Resource
 
 MAX_SCALE = 4.0  # a one-worker step off by more than this is a wrong profile or cluster, not a correction
+MIN_SCALE = 1e-6  # computation at (next to) nothing: the transfers alone already take the step
 
 
 def scale_computation(profile: Profile, factor: float) -> Profile:
@@ -97,8 +98,8 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
 
     Below 1 it takes tracing's own cost out (a traced step is slower than an untraced one);
     above 1 it puts back what a one-worker step spends that the model has no term for (host
-    work around the ops, docs/model.md §10), at the rate of the computation. The smallest
-    factor tried when even computation at nothing is too slow (the transfers alone take
+    work around the ops, docs/model.md §10), at the rate of the computation. :data:`MIN_SCALE`
+    when even computation at nothing is too slow (the transfers alone take
     longer); :data:`MAX_SCALE` when even that much computation is too fast. ``colocation``
     and ``cores``: the hosts the one-worker run had (as :func:`simulate.predict` takes them);
     ``statistic``: match the model's median or mean step time (the mean when ``untraced_step_s``
@@ -117,8 +118,9 @@ def fit_computation_scale(profile: Profile, cluster: ClusterModel, untraced_step
             return MAX_SCALE
     for _ in range(iterations):
         mid = (low + high) / 2
-        if one_worker_step_s(scale_computation(profile, max(mid, 1e-6)), cluster, transfer, **hosts) > untraced_step_s:
+        scaled = scale_computation(profile, max(mid, MIN_SCALE))
+        if one_worker_step_s(scaled, cluster, transfer, **hosts) > untraced_step_s:
             high = mid
         else:
             low = mid
-    return max(low, 1e-6)
+    return max(low, MIN_SCALE)

@@ -5,7 +5,7 @@ import pytest
 
 from simulate.cluster import ClusterModel
 from simulate.config import Transfer
-from simulate.untrace import MAX_SCALE, fit_computation_scale, one_worker_step_s, scale_computation
+from simulate.untrace import MAX_SCALE, MIN_SCALE, fit_computation_scale, one_worker_step_s, scale_computation
 from tfbase.errors import UsageError
 from tfprofile.dag import Resource
 
@@ -80,3 +80,18 @@ def test_the_fit_over_replicas_matches_the_mean_throughput_of_the_seeds(bundled_
     assert one_worker_step_s(fitted, CLUSTER, **options, replicas=1) != pytest.approx(target, rel=1e-3)
     with pytest.raises(UsageError, match="replicas"):
         one_worker_step_s(profile, CLUSTER, Transfer.GRPC, replicas=0)
+
+
+def test_a_run_faster_than_the_models_transfers_alone_stops_at_the_least_scale_and_the_lab_says_why(bundled_profile):
+    """On a slow link the transfers alone can take longer than the untraced step (computation
+    hidden behind them, or transfer costs overstated): the factor stops at MIN_SCALE, and the
+    lab's message says so rather than blaming tracing."""
+    from tfsim.lab.validate import correction_reason
+
+    profile = bundled_profile("tiny")
+    slow = ClusterModel.from_bandwidth(1.25e6)  # 10 Mbit/s: the transfers are most of the step
+    bare = one_worker_step_s(scale_computation(profile, MIN_SCALE), slow, Transfer.FIFO)
+    assert fit_computation_scale(profile, slow, 0.9 * bare, transfer=Transfer.FIFO) == MIN_SCALE
+    assert "without computation" in correction_reason(MIN_SCALE)
+    assert correction_reason(0.5) == "tracing's own cost taken out"
+    assert "put back" in correction_reason(1.5)

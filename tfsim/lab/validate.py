@@ -43,7 +43,7 @@ from simulate.coarse import baselines
 from simulate.config import TaskHosts, model_cores
 from simulate.results import measurement_stats
 from simulate.sweep import AUTO_PACKET_FROM_WORKERS, auto_picks_packet, parse_workers, predict
-from simulate.untrace import fit_computation_scale, scale_computation
+from simulate.untrace import MAX_SCALE, MIN_SCALE, fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
 from tfbase.figures import finish_throughput_axes, pyplot, save_figure
 from tfbase.fileio import atomic_output, json_ready, read_input, write_json, write_text
@@ -315,6 +315,26 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
                           transport=setting.transport(), fork_servers=fork_servers)
 
 
+def correction_reason(scale: float) -> str:
+    """What a one-worker correction of ``scale`` says (:func:`simulate.untrace.fit_computation_scale`).
+
+    Examples
+    --------
+    >>> correction_reason(0.8)
+    "tracing's own cost taken out"
+    """
+    if scale <= MIN_SCALE:
+        return ("even without computation the model's step is longer: its transfers and overheads alone take it "
+                "(computation hidden behind them, or transfer costs overstated)")
+    if scale >= MAX_SCALE:
+        return "the most the correction puts back, and the model's step is still shorter"
+    if scale < 1:
+        return "tracing's own cost taken out"
+    if scale > 1:
+        return "host work the model has no term for put back, at the rate of the computation"
+    return "none needed"
+
+
 def untraced_step_s(run_dir: Path) -> float | None:
     """Mean wall time of the run's measured steps that were not traced, or None.
 
@@ -523,7 +543,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                                   **hosts) if target else 1.0
     profile = scale_computation(profile, scale)
     _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
-         f"({target * 1e3 if target else float('nan'):.1f} ms): tracing's own cost")
+         f"({target * 1e3 if target else float('nan'):.1f} ms): {correction_reason(scale)}")
     save_profile(profile, out_dir / "profile.npz")
     # The capture is big and fully summarised in CLUSTER.json: do not keep it.
     for capture in run_dir.glob("capture.pcap*"):
