@@ -153,3 +153,26 @@ def test_existing_output_is_not_overwritten(tmp_path):
     (tmp_path / "run").mkdir()
     result = tfsim("collect", "--model", "tiny", "--out", tmp_path / "run", "--no-progress")
     assert result.returncode == 2 and "--force" in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("tcpdump"), reason="needs root and tcpdump")
+def test_a_capture_ends_where_the_traced_steps_end(tmp_path):
+    """A tf1 run whose first measured steps are traced (``traced_steps``, the lab's profiling
+    runs) stops tcpdump as they end: calibration reads the traced steps' packets only, and the
+    untraced steps, whose time and CPU the one-worker correction and the PS CPU bound take, run
+    as the job runs uncaptured. Steps that ran before the stop are in the capture, the last
+    ones are not."""
+    import csv
+
+    from netcapture.pcap import iter_packets
+    from tfprofile.harness.launcher import CollectConfig, collect
+
+    run = collect(CollectConfig(out_dir=tmp_path / "run", model="tiny", batch_size=8, steps=60, warmup_steps=2,
+                                traced_steps=3, capture=True, iperf_repeats=0, inter_op_threads=1),
+                  progress=False, capture_interface="lo")
+    with open(run / "step_times.csv", newline="") as handle:
+        steps = [r for r in csv.DictReader(handle) if r["measured"] == "1"]
+    assert [s["traced"] for s in steps[:4]] == ["1", "1", "1", "0"]
+    last_packet_s = max(p.time_ns for p in iter_packets(run / "capture.pcap.gz")) / 1e9
+    assert float(steps[2]["start_unix_s"]) < last_packet_s < float(steps[-1]["start_unix_s"])
+    assert json.loads((run / "run.json").read_text())["capture"]["file"] == "capture.pcap.gz"

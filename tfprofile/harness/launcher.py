@@ -258,7 +258,9 @@ def collect(
     With ``config.capture``, iperf3 first measures the link from the chief worker's host to
     PS 0's host (both directions, raw results in ``iperf3/``; ``iperf_repeats = 0`` skips it),
     then tcpdump captures the job's traffic on ``capture_interface`` of the host that
-    ``config.capture_site`` names (the chief worker's, or PS 0's) into ``capture.pcap.gz``.
+    ``config.capture_site`` names (the chief worker's, or PS 0's) into ``capture.pcap.gz``: in a
+    tf1 job with ``traced_steps`` until the traced steps end, so that the untraced ones run
+    uncaptured (docs/calibration.md §4.8).
 
     Raises :class:`~tfbase.errors.UsageError` for bad options and
     :class:`~tfbase.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
@@ -327,6 +329,7 @@ def collect(
     started = time.monotonic()
     bar = None
     tcpdump = None
+    capture_counts = None  # tcpdump's own counts once it has stopped
     capture_record = None
     try:
         chief_k = config.ps_tasks
@@ -391,6 +394,13 @@ def collect(
                 elif event["kind"] == "untraced":
                     # The traced steps are over: a third reading (docs/formats.md §2.3.1).
                     cpu.sample(event["step"])
+                    if tcpdump is not None and not pss:
+                        # Calibration reads the traced steps' packets only; the untraced tail, whose
+                        # step time and CPU per step the one-worker correction and the PS CPU bound
+                        # take, runs as the job runs uncaptured (capturing cost the lab's 0.29-core
+                        # tasks 10-44% more CPU per step: bench/results/capture-cost-2026-11-28).
+                        capture_counts = tcpdump.stop()
+                        tcpdump = None
                 elif event["kind"] == "finished":
                     finished = True
                     batch_size = event["batch_size"]
@@ -426,12 +436,13 @@ def collect(
             bar.close()
             bar = None
         if tcpdump is not None:
-            counts = tcpdump.stop()
+            capture_counts = tcpdump.stop()
             tcpdump = None
+        if capture_counts is not None:
             (partial / "capture.tcpdump.log").unlink(missing_ok=True)
             capture_record = {"file": gzip_file(partial / "capture.pcap").name, "interface": capture_interface,
                               "host": "ps0" if config.capture_site is CaptureSite.PS else "worker0",
-                              "filter": capture_filter(ports), **counts}
+                              "filter": capture_filter(ports), **capture_counts}
         (partial / TASK_CPU_FILE).write_text(cpu.csv_text(), encoding="utf-8")
         launch = {"launch": "fork-server"} if server is not None else {}
         _finish_run_dir(partial, config, cluster, batch_size, time.monotonic() - started, capture_record,
