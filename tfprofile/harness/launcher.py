@@ -397,8 +397,8 @@ def collect(
                     if tcpdump is not None and not pss:
                         # Calibration reads the traced steps' packets only; the untraced tail, whose
                         # step time and CPU per step the one-worker correction and the PS CPU bound
-                        # take, runs as the job runs uncaptured (capturing cost the lab's 0.29-core
-                        # tasks 10-44% more CPU per step: bench/results/capture-cost-2026-11-28).
+                        # take, runs as the job runs uncaptured (a captured tail cost the lab's 0.29-core
+                        # tasks a third more CPU per step: bench/results/capture-cost-2026-11-28).
                         capture_counts = tcpdump.stop()
                         tcpdump = None
                 elif event["kind"] == "finished":
