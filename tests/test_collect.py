@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,7 +156,7 @@ def test_existing_output_is_not_overwritten(tmp_path):
     assert result.returncode == 2 and "--force" in result.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not __import__("shutil").which("tcpdump"), reason="needs root and tcpdump")
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tcpdump"), reason="needs root and tcpdump")
 def test_a_capture_ends_where_the_traced_steps_end(tmp_path):
     """A tf1 run whose first measured steps are traced (``traced_steps``, the lab's profiling
     runs) stops tcpdump as they end: calibration reads the traced steps' packets only, and the

@@ -51,10 +51,14 @@ def _replay(profile, cluster, workers, **options):
     return replay_packets(graph, cluster, workers, start_offsets_s=offsets, **options)
 
 
-def _link_limit_eps(profile, cluster) -> float:
+def _bytes_per_step(profile) -> tuple[float, float]:
+    """The bytes one worker's step moves (downlink, uplink)."""
     graph = profile.graph
-    per_step = max(graph.size_bytes[graph.resource == r].sum() for r in (Resource.DOWNLINK, Resource.UPLINK))
-    return min(cluster.downlink_Bps, cluster.uplink_Bps) / per_step * profile.batch_size
+    return tuple(graph.size_bytes[graph.resource == r].sum() for r in (Resource.DOWNLINK, Resource.UPLINK))
+
+
+def _link_limit_eps(profile, cluster) -> float:
+    return min(cluster.downlink_Bps, cluster.uplink_Bps) / max(_bytes_per_step(profile)) * profile.batch_size
 
 
 def test_one_worker_agrees_with_the_flow_engine(profile):
@@ -85,8 +89,7 @@ def test_a_connection_cap_holds_a_lone_worker_at_the_cap_as_the_flow_model_does(
     packet, grpc = table["throughput_eps"]
     uncapped = simulate.predict(profile, cluster, workers=1, transfer="packet", steps=40, warmup=8,
                                 colocation=hosts)["throughput_eps"].iloc[0]
-    graph = profile.graph
-    bytes_down, bytes_up = (graph.size_bytes[graph.resource == r].sum() for r in (Resource.DOWNLINK, Resource.UPLINK))
+    bytes_down, bytes_up = _bytes_per_step(profile)
     at_the_caps_s = bytes_down / cap_down + bytes_up / cap_up
     assert packet <= profile.batch_size / at_the_caps_s
     assert packet == pytest.approx(grpc, rel=0.03)

@@ -11,13 +11,25 @@ import csv
 import json
 import statistics
 import sys
+from collections import defaultdict
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT))
+from calibration.pscpu import _span, ps_cpu_record  # noqa: E402  (the readings calibration takes)
 
-def cpu_per_step(task_cpu: Path, task: str, from_last_two: bool) -> float:
-    rows = [r for r in csv.DictReader(task_cpu.open()) if r["task"] == task]
-    first, last = (rows[-2], rows[-1]) if from_last_two else (rows[0], rows[-1])
-    return (float(last["cpu_s"]) - float(first["cpu_s"])) / (int(last["step"]) - int(first["step"]))
+
+def worker_cpu_per_step(run_dir: Path) -> float:
+    """Worker 0's CPU per step between the readings calibration would take for the PS."""
+    readings = defaultdict(list)
+    for r in csv.DictReader((run_dir / "task_cpu.csv").open()):
+        readings[r["task"]].append((int(r["step"]), float(r["time_unix_s"]), float(r["cpu_s"])))
+    (first_step, _, first_cpu), (last_step, _, last_cpu) = _span(sorted(readings["worker0"]))
+    return (last_cpu - first_cpu) / (last_step - first_step)
+
+
+def ps_cpu_per_step(run_dir: Path) -> float:
+    return ps_cpu_record(run_dir, json.loads((run_dir / "run.json").read_text()))["cpu_s_per_step"]
 
 
 def mean_step(step_times: Path, untraced_only: bool) -> float:
@@ -32,12 +44,12 @@ for lab in map(Path, sys.argv[1:]):
     for setting in sorted(results):
         d = lab / setting
         tail = mean_step(d / "profile-run" / "step_times.csv", True)
-        ps_tail = cpu_per_step(d / "profile-run" / "task_cpu.csv", "ps0", True)
-        w_tail = cpu_per_step(d / "profile-run" / "task_cpu.csv", "worker0", True)
+        ps_tail = ps_cpu_per_step(d / "profile-run")
+        w_tail = worker_cpu_per_step(d / "profile-run")
         runs = sorted(d.glob("measure-w1-r*"))
         measured = statistics.mean(mean_step(r / "step_times.csv", False) for r in runs)
-        ps_meas = statistics.mean(cpu_per_step(r / "task_cpu.csv", "ps0", False) for r in runs)
-        w_meas = statistics.mean(cpu_per_step(r / "task_cpu.csv", "worker0", False) for r in runs)
+        ps_meas = statistics.mean(ps_cpu_per_step(r) for r in runs)
+        w_meas = statistics.mean(worker_cpu_per_step(r) for r in runs)
         error = float(results[setting]["error_grpc"])
         captured = json.loads((d / "profile-run" / "run.json").read_text())["capture"]
         print(f"{lab.name:28s} {setting:22s} {tail * 1e3:9.1f} /{measured * 1e3:7.1f}  "
