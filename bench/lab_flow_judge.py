@@ -9,7 +9,8 @@ has one, as the lab predicts. Prints each point's error beside the one the lab p
 model of its day) and the summary; writes OUT.csv. Run it with ``PYTHONPATH`` at a worktree to
 judge a model change on saved measurements. ``--refit`` fits the one-worker correction again
 as the tfsim on ``sys.path`` does (``profile.npz``'s own factor taken out, the target from the
-setting's saved ``profile-run``), to judge a change of the correction. A study tool, not part
+setting's saved ``profile-run``; the profile is built again from that run's traces where they
+were kept), to judge a change of the correction. A study tool, not part
 of tfsim.
 """
 
@@ -25,6 +26,7 @@ from simulate.config import TaskHosts, model_cores
 from simulate.sweep import predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfprofile.profile_io import load_profile
+from tfprofile.rundir import profile_from_run_dir
 from tfsim.lab.validate import CLOSE_ENOUGH, PREDICT_REPLICAS, untraced_step_s
 
 STEPS, WARMUP = 400, 50
@@ -45,7 +47,11 @@ def main() -> None:
         cluster = load_cluster(lab / setting / "CLUSTER.json")
         hosts = TaskHosts(worker_cores=model_cores(first["worker_cores"]), ps_cores=model_cores(first["ps_cores"]))
         if refit:
-            profile = scale_computation(profile, 1.0 / profile.meta.get("computation_scale", 1.0))
+            if (lab / setting / "profile-run" / "trace").is_dir():
+                # From the traces again: a factor at MIN_SCALE cannot be divided back out.
+                profile = profile_from_run_dir(lab / setting / "profile-run")
+            else:
+                profile = scale_computation(profile, 1.0 / profile.meta.get("computation_scale", 1.0))
             target = untraced_step_s(lab / setting / "profile-run")
             scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=STEPS, warmup=WARMUP,
                                           replicas=PREDICT_REPLICAS, colocation=hosts)
