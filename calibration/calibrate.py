@@ -66,7 +66,7 @@ from calibration.capture_loss import MAX_LOSS_FRACTION, check_loss, link_losses
 from calibration.ceiling import Link, check_ceiling, link_from_run
 from calibration.fit import LineFit, nonnegative_line
 from calibration.hosts import hosts_record
-from calibration.pscpu import ps_cpu_record
+from calibration.pscpu import PS_PREFIX, WORKER_PREFIX, ps_cpu_record, tracing_cpu_ratio
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_grpc, replay_http2
 from calibration.runmatch import match_run, run_server_ports, run_tasks
 from netcapture import IperfSummary, read_capture, summarise_iperf
@@ -150,6 +150,7 @@ class Calibration:
     ps_cpu: dict = dataclasses.field(default_factory=dict)  # when collect sampled the tasks' CPU (§4.8)
     hosts: dict = dataclasses.field(default_factory=dict)  # when every task had a quota of its own (§4.10)
     connection_cap_Bps: dict = dataclasses.field(default_factory=dict)  # a connection-bound direction's (§4.9)
+    connection_cap_traced: dict = dataclasses.field(default_factory=dict)  # the caps as traced, and the speed-up (§4.9)
 
     @property
     def default_transfer(self) -> str:
@@ -186,6 +187,7 @@ class Calibration:
             **({"ps_cpu": self.ps_cpu} if self.ps_cpu else {}),
             **({"hosts": self.hosts} if self.hosts else {}),
             **({"connection_cap_Bps": self.connection_cap_Bps} if self.connection_cap_Bps else {}),
+            **({"connection_cap_traced": self.connection_cap_traced} if self.connection_cap_traced else {}),
             "overhead_placement_check": self.placement_check,
             "default_transfer": default_transfer,
             "http2_model_error": {k: error.get(k) for k in ("mean", "median", "p95", "max")},
@@ -349,6 +351,31 @@ def connection_bound(busy: dict, iperf3: dict, fraction: float = CONNECTION_BOUN
         else:
             rates[direction] = rate
     return rates, caps
+
+
+def untraced_caps(caps: dict, speedup: float, iperf3: dict, fraction: float = CONNECTION_BOUND_FRACTION) -> dict:
+    """The connection caps of the job as it runs untraced (docs/calibration.md §4.9).
+
+    A cap is read from the traced steps, where recording the trace costs the connection's ends
+    CPU; the ends' CPU per step is ``speedup`` times lower untraced, and a connection held back
+    by its ends' CPU moves that much faster. A cap that comes within ``fraction`` of iperf3's
+    rate so is no cap: the link holds that direction.
+
+    Examples
+    --------
+    >>> untraced_caps({"downlink": 31e6, "uplink": 10e6}, 1.4, {"downlink": 47e6, "uplink": 47e6})
+    {'uplink': 14000000.0}
+    >>> untraced_caps({"uplink": 28e6}, 1.0, {"downlink": 120e6, "uplink": 120e6})
+    {'uplink': 28000000.0}
+    """
+    return {d: cap * speedup for d, cap in caps.items() if cap * speedup < fraction * iperf3[d]}
+
+
+def _cap_speedup(ratios: dict[str, float]) -> float:
+    """How much faster a connection's ends run untraced: the least of the tasks' traced over
+    untraced CPU per step (either end may be the one that held the connection back, §4.9), and
+    never below 1 (a trace costs CPU; a lower ratio is the reading's noise)."""
+    return max(1.0, min(ratios.values())) if ratios else 1.0
 
 
 def _token_bucket(samples: list[StreamSample], peak: dict, sustained: dict) -> dict:
@@ -704,6 +731,8 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         buffer_bytes = link.buffer_bytes
     buffers = {} if buffer_bytes is None else {"downlink": float(buffer_bytes), "uplink": float(buffer_bytes)}
     ps_cpu = ps_cpu_record(run_dir, run.run) or {}
+    cap_speedup = _cap_speedup({task: ratio for task, ratio in tracing_cpu_ratio(run_dir, run.run).items()
+                                if task.startswith((PS_PREFIX, WORKER_PREFIX))})
     hosts = hosts_record(run.run) or {}
     with warnings.catch_warnings():
         # A skipped step is reported when the profile itself is built; here it would say it twice.
@@ -737,8 +766,12 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
             link_ceiling=ceiling,
             buffer_bytes=buffers, ps_cpu=ps_cpu, hosts=hosts, connection_cap_Bps=caps,
         )
+        # The check replays the traced run, so with the caps it had; the cluster gets the untraced job's.
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])
         if best is None or error < best[0]:
-            best = (error, dataclasses.replace(calibration, placement=placement, placement_check=check))
+            untraced = untraced_caps(caps, cap_speedup, bandwidth)
+            best = (error, dataclasses.replace(
+                calibration, placement=placement, placement_check=check, connection_cap_Bps=untraced,
+                connection_cap_traced={"traced_Bps": caps, "untraced_cpu_speedup": cap_speedup} if caps else {}))
     return best[1]

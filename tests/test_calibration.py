@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from calibration.calibrate import calibrate_run, connection_bound
+from calibration.calibrate import calibrate_run, connection_bound, untraced_caps
 from calibration.fit import least_squares, theil_sen
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
 from simulate.cluster import ClusterModel
@@ -246,6 +246,41 @@ def test_a_connection_bound_direction_gets_the_links_rate_and_a_cap(data_dir, tm
                                                                                       busy["uplink"])
     # the one-worker check replays each connection as the run had it: the traced step within 5%
     assert abs(calibration.placement_check["relative_error_of_one_worker_step"][calibration.placement]) < 0.05
+
+
+def test_a_cap_read_under_tracing_is_raised_by_its_ends_untraced_speedup(data_dir, tmp_path):
+    """docs/calibration.md §4.9: the same bundled run, given CPU readings as its traced steps ended
+    (the PS spent 1.25x, the worker 1.6x and the coordinator, on no connection, 1.0x per traced
+    step what they spent untraced), gets caps 1.25x higher, the check still against the traced run."""
+    traced = calibrate_run(data_dir / "captures" / "tiny_tf2pss")
+    run_dir = tmp_path / "run"
+    shutil.copytree(data_dir / "captures" / "tiny_tf2pss", run_dir)
+    run = json.loads((run_dir / "run.json").read_text())
+    limit = {"cpus": 2, "quota_cores": None, "cores": 2}
+    run["task_cpu"] = {"file": "task_cpu.csv", "limits": {"ps0": limit, "worker0": limit, "coordinator0": limit}}
+    (run_dir / "run.json").write_text(json.dumps(run))
+    per_step = {"ps0": (0.0125, 0.01), "worker0": (0.032, 0.02), "coordinator0": (0.005, 0.005)}
+    lines = ["step,time_unix_s,task,cpu_s,slices"]
+    for task, (traced_s, untraced_s) in per_step.items():
+        for step, cpu in ((3, 1.0), (9, 1.0 + 6 * traced_s), (15, 1.0 + 6 * traced_s + 6 * untraced_s)):
+            lines.append(f"{step},{1000 + step * 0.1},{task},{cpu},{step}")
+    (run_dir / "task_cpu.csv").write_text("\n".join(lines) + "\n")
+    raised = calibrate_run(run_dir)
+    assert traced.connection_cap_Bps["uplink"] < 0.5 * traced.iperf3_bandwidth_Bps["uplink"]
+    assert raised.connection_cap_Bps["uplink"] == pytest.approx(1.25 * traced.connection_cap_Bps["uplink"])
+    document = raised.to_cluster_json()
+    speedup = document["connection_cap_traced"]["untraced_cpu_speedup"]
+    assert speedup == pytest.approx(1.25)
+    assert document["connection_cap_traced"]["traced_Bps"] == traced.connection_cap_Bps
+    assert raised.connection_cap_Bps == untraced_caps(traced.connection_cap_Bps, speedup, traced.iperf3_bandwidth_Bps)
+    assert raised.placement_check == traced.placement_check
+
+
+def test_a_cap_that_the_untraced_speedup_takes_near_iperf3s_is_dropped():
+    iperf3 = {"downlink": 47.9e6, "uplink": 47.9e6}
+    assert untraced_caps({"downlink": 30.9e6}, 1.43, iperf3) == {}
+    assert untraced_caps({"downlink": 30.9e6}, 1.0, iperf3) == {"downlink": 30.9e6}
+    assert untraced_caps({}, 2.0, iperf3) == {}
 
 
 def test_a_busy_rate_above_iperf3s_stays_the_links_peak():

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from calibration.pscpu import ps_cpu_record
+from calibration.pscpu import ps_cpu_record, tracing_cpu_ratio
 from simulate.cluster import ClusterModel, PsCpu
 from simulate.cluster_file import ClusterFormatError, cluster_from_dict
 from tfbase.errors import InputError, UsageError
@@ -168,3 +168,14 @@ def test_a_prediction_is_held_to_the_ps_cpu_and_says_so(data_dir, tmp_path, caps
     saved = json.loads((tmp_path / "p.json").read_text())
     assert saved["ps_cpu"]["limited_from_workers"] == 2
     assert [r["ps_cpu_limit_eps"] for r in saved["rows"]] == pytest.approx([bound] * 3)
+
+
+def test_the_tracing_cpu_ratio_is_the_traced_over_the_untraced_cpu_per_step(tmp_path):
+    # 11 traced steps at 12 ms each, then 12 untraced at 9 ms: 1.333
+    run = _run_dir(tmp_path, [(4, 1000.0, 2.5), (15, 1000.5, 2.632), (27, 1001.0, 2.74)])
+    assert tracing_cpu_ratio(tmp_path, run) == {"ps0": pytest.approx(0.012 / 0.009)}
+    # two readings, or too few steps on one side of the third, give none
+    assert tracing_cpu_ratio(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (27, 1001.0, 2.74)])) == {}
+    assert tracing_cpu_ratio(tmp_path, _run_dir(tmp_path, [(4, 1000.0, 2.5), (25, 1000.9, 2.752),
+                                                           (27, 1001.0, 2.77)])) == {}
+    assert tracing_cpu_ratio(tmp_path, {"config": {}}) == {}
