@@ -711,7 +711,11 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
         raise UsageError("buffer_bytes",
                          f"must be at least one packet ({MIN_BUFFER_BYTES} bytes), not {buffer_bytes!r}")
     bandwidth, spread, iperf = _bandwidth(run_dir)
-    capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run))
+    # A capture collect stopped as the traced steps ended cuts the frames then in flight.
+    capture_record = run.run.get("capture")
+    stopped_mid_run = isinstance(capture_record, dict) and capture_record.get("stopped_at_step") is not None
+    capture = read_capture(captures[0], backend=backend, server_ports=run_server_ports(run),
+                           stopped_mid_run=stopped_mid_run)
     losses = link_losses(capture, {endpoint.port: role for endpoint, role in run_tasks(run).items()})
     check_loss(losses, captures[0], allow_loss)
     match = match_run(capture, run)

@@ -105,14 +105,17 @@ class Capture:
 
 
 def read_capture(path: str | os.PathLike, backend: str = "scapy", *, server_ports: Iterable[int] | None = None,
-                 strict: bool = False, require_http2: bool = True) -> Capture:
+                 strict: bool = False, require_http2: bool = True, stopped_mid_run: bool = False) -> Capture:
     """Decode the HTTP/2 (gRPC) traffic in the pcap/pcapng file ``path`` (gzip allowed).
 
     ``server_ports``: the servers' TCP ports (e.g. from a run's ``run.json`` cluster);
     ``None`` finds HTTP/2 connections by their connection preface. ``strict``: raise
     :class:`TruncatedCapture` for a file cut short instead of warning.
     ``require_http2``: raise :class:`NoHttp2Error` when nothing decodes (else return an
-    empty capture). Warnings are issued as :class:`CaptureWarning` and kept in
+    empty capture). ``stopped_mid_run``: the capture was stopped while the job still sent (a
+    collected run's capture stops where its traced steps end), so the frames it ends inside are
+    expected and not warned about; they are in ``Capture.losses`` as ``unfinished_bytes``
+    either way. Warnings are issued as :class:`CaptureWarning` and kept in
     ``Capture.warnings``.
     """
     path = Path(path)
@@ -124,7 +127,7 @@ def read_capture(path: str | os.PathLike, backend: str = "scapy", *, server_port
             result = scapy_backend.decode(path, ports, strict=strict)
         else:
             result = tshark_backend.decode(path, ports, strict=strict)
-        return assemble(result, require_http2=require_http2)
+        return assemble(result, require_http2=require_http2, stopped_mid_run=stopped_mid_run)
 
 
 @contextlib.contextmanager
@@ -146,8 +149,9 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def assemble(result: BackendResult, require_http2: bool = True) -> Capture:
-    """Build the :class:`Capture` records from a backend's frames."""
+def assemble(result: BackendResult, require_http2: bool = True, stopped_mid_run: bool = False) -> Capture:
+    """Build the :class:`Capture` records from a backend's frames (``stopped_mid_run`` as for
+    :func:`read_capture`)."""
     if not result.frames and require_http2:
         others = f"{result.other_tcp_connections} TCP connection(s), none" if result.other_tcp_connections \
             else "no TCP connection with data; none"
@@ -155,6 +159,9 @@ def assemble(result: BackendResult, require_http2: bool = True) -> Capture:
                            "HTTP/2 connection preface): capture the gRPC ports from before the job starts, "
                            "on the interface the tasks use (lo for a single machine)")
     notes = list(result.warnings)
+    if not stopped_mid_run:
+        notes += [f"{loss.src} -> {loss.dst}: the capture ends inside an HTTP/2 frame ({loss.unfinished_bytes} "
+                  "bytes of it captured)" for loss in result.losses if loss.unfinished_bytes]
     if result.kernel_drops:
         notes.append(f"the capture's statistics report {result.kernel_drops} packets dropped by the kernel "
                      "(capture with a larger buffer, e.g. tcpdump -B 262144)")

@@ -275,13 +275,8 @@ class _Connection:
             direction.reassembler.finish(packet_number, time_ns)
         if self.state == "undecided" and self.order and not self._syn_seen() and self._mid_stream_frames():
             self._start_http2(self._mid_stream_client(), mid_stream=True)
-        if self.state != "http2":
-            return
-        for direction in self.directions.values():
-            left = direction.splitter.buffered_bytes if direction.splitter else 0
-            if left and not direction.broken and direction.splitter.synchronised:
-                self.backend.warn(f"{direction.src} -> {direction.dst}: the capture ends inside an HTTP/2 frame "
-                                  f"({left} bytes of it captured)")
+        # A frame the capture ends inside is each direction's ``unfinished_bytes`` (its loss
+        # record), which :func:`netcapture.capture.assemble` words as a warning for either backend.
 
 
 class _Decoder:

@@ -304,3 +304,11 @@ def test_the_frame_a_capture_ends_inside_is_not_a_loss(tmp_path, backend):
     assert capture.truncated
     assert sum(loss.unfinished_bytes for loss in capture.losses) > 16_384
     assert all(loss.lost_fraction == 0 and not loss.lost_bytes and not loss.skipped_bytes for loss in capture.losses)
+    cut_frames = [w for w in capture.warnings if "ends inside an HTTP/2 frame" in w]
+    assert len(cut_frames) == sum(1 for loss in capture.losses if loss.unfinished_bytes) >= 1
+    # A capture stopped while the job ran (collect's, as the traced steps end) expects them.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CaptureWarning)
+        stopped = read_capture(cut, backend=backend, stopped_mid_run=True)
+    assert not [w for w in stopped.warnings if "ends inside an HTTP/2 frame" in w]
+    assert [loss.unfinished_bytes for loss in stopped.losses] == [loss.unfinished_bytes for loss in capture.losses]

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -176,4 +177,37 @@ def test_a_capture_ends_where_the_traced_steps_end(tmp_path):
     assert [s["traced"] for s in steps[:4]] == ["1", "1", "1", "0"]
     last_packet_s = max(p.time_ns for p in iter_packets(run / "capture.pcap.gz")) / 1e9
     assert float(steps[2]["start_unix_s"]) < last_packet_s < float(steps[-1]["start_unix_s"])
-    assert json.loads((run / "run.json").read_text())["capture"]["file"] == "capture.pcap.gz"
+    record = json.loads((run / "run.json").read_text())["capture"]
+    assert record["file"] == "capture.pcap.gz" and record["stopped_at_step"] == 2 + 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("tcpdump"), reason="needs root and tcpdump")
+def test_a_tf2_pss_capture_ends_once_the_trace_has_ended(tmp_path):
+    """The same for a tf2-pss job: tcpdump stops with the third CPU reading, after the trace's
+    window and the steps that settle after it, so the capture holds the traced steps and not the
+    untraced tail's last steps; calibration still finds every traced step's streams in it."""
+    import csv
+
+    from calibration.calibrate import calibrate_run
+    from netcapture.pcap import iter_packets
+    from tfprofile.harness.launcher import CollectConfig, TrainingApi, collect
+
+    run = collect(CollectConfig(out_dir=tmp_path / "run", model="tiny", batch_size=4, steps=80, warmup_steps=2,
+                                traced_steps=4, trace_ms=1200, api=TrainingApi.TF2_PSS, capture=True,
+                                iperf_repeats=1, iperf_seconds=1, inter_op_threads=1),
+                  progress=False, capture_interface="lo")
+    with open(run / "task_cpu.csv", newline="") as handle:
+        readings = [int(r["step"]) for r in csv.DictReader(handle) if r["task"] == "ps0"]
+    assert len(readings) == 3 and readings[1] < readings[2]
+    with open(run / "step_times.csv", newline="") as handle:
+        steps = sorted((float(r["start_unix_s"]), float(r["wall_s"])) for r in csv.DictReader(handle))
+    last_packet_s = max(p.time_ns for p in iter_packets(run / "capture.pcap.gz")) / 1e9
+    assert sum(steps[3]) < last_packet_s < steps[-1][0]
+    assert json.loads((run / "run.json").read_text())["capture"]["stopped_at_step"] == readings[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibration = calibrate_run(run)
+    assert calibration.samples and all(calibration.busy_rate_Bps.values())
+    # the frames in flight at the stop are expected: not a warning, not a note in CLUSTER.json
+    assert not [w for w in caught if "ends inside an HTTP/2 frame" in str(w.message)]
+    assert not [n for n in calibration.capture_notes if "ends inside an HTTP/2 frame" in n]

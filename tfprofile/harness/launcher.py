@@ -259,8 +259,9 @@ def collect(
     PS 0's host (both directions, raw results in ``iperf3/``; ``iperf_repeats = 0`` skips it),
     then tcpdump captures the job's traffic on ``capture_interface`` of the host that
     ``config.capture_site`` names (the chief worker's, or PS 0's) into ``capture.pcap.gz``: in a
-    tf1 job with ``traced_steps`` until the traced steps end, so that the untraced ones run
-    uncaptured (docs/calibration.md §4.8).
+    job with ``traced_steps`` until the traced steps end (a tf2-pss job's once its trace has
+    ended and the steps after it have settled), so that the untraced ones run uncaptured
+    (docs/calibration.md §4.8).
 
     Raises :class:`~tfbase.errors.UsageError` for bad options and
     :class:`~tfbase.errors.CollectError` when the run fails; ``KeyboardInterrupt`` is
@@ -394,12 +395,12 @@ def collect(
                 elif event["kind"] == "untraced":
                     # The traced steps are over: a third reading (docs/formats.md §2.3.1).
                     cpu.sample(event["step"])
-                    if tcpdump is not None and not pss:
+                    if tcpdump is not None:
                         # Calibration reads the traced steps' packets only; the untraced tail, whose
                         # step time and CPU per step the one-worker correction and the PS CPU bound
                         # take, runs as the job runs uncaptured (a captured tail cost the lab's 0.29-core
                         # tasks a third more CPU per step: bench/results/capture-cost-2026-11-28).
-                        capture_counts = tcpdump.stop()
+                        capture_counts = {**tcpdump.stop(), "stopped_at_step": event["step"]}
                         tcpdump = None
                 elif event["kind"] == "finished":
                     finished = True
