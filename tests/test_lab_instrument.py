@@ -129,6 +129,43 @@ def _write_run(run_dir, api, rows):
     (run_dir / "step_times.csv").write_text("\n".join(lines) + "\n")
 
 
+def test_a_settings_points_are_measured_in_rounds_and_a_loaded_run_again(tmp_path, monkeypatch):
+    """Round k measures every W once (W = 1 first), so each point's runs are spread over the
+    setting's time; a run with outside load is measured again once, in its place."""
+    from tfsim.lab import validate
+    from tfsim.lab.collect import LabRun
+
+    calls = []
+    loaded = {(2, 2)}  # W = 2's second run carries outside load the first time
+
+    def collect(setting, out, *, workers, steps, capture, progress, fork_servers=None):
+        k = int(out.name.rsplit("-r", 1)[1])
+        calls.append((workers, k))
+        busy = 0.5 if (workers, k) in loaded and calls.count((workers, k)) == 1 else 0.0
+        out.mkdir(parents=True, exist_ok=True)
+        return LabRun(out, LoadSample(1.0, 1.0 + busy, 1.0), {})
+
+    def throughput(run_dir):
+        workers, k = (int(x) for x in run_dir.name[len("measure-w"):].split("-r"))
+        eps = 100.0 * workers + k
+        return {"throughput_eps": eps, "rule": "common window", "window_s": 1.0, "per_worker_eps": [eps],
+                "per_worker_sum_eps": eps, "finish_spread_s": 0.0, "step_time_median_s": 1.0 / eps,
+                "window_unix_s": (0.0, 1.0)}
+
+    monkeypatch.setattr(validate, "_collect", collect)
+    monkeypatch.setattr(validate, "measured_throughput", throughput)
+    monkeypatch.setattr(validate, "transport_summary",
+                        lambda run, run_dir: dict.fromkeys(validate.TRANSPORT_COLUMNS, 0.0))
+    setting = LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 2))
+    points = validate.measure_points(setting, tmp_path, setting.workers, repeat=3, rerun_loaded=True, progress=False)
+    assert calls == [(1, 1), (2, 1), (1, 2), (2, 2), (2, 2), (1, 3), (2, 3)]
+    assert points[1]["runs"] == [101.0, 102.0, 103.0] and points[2]["runs"] == [201.0, 202.0, 203.0]
+    assert points[2]["reruns"] == 1 and points[1]["reruns"] == 0 and points[2]["loaded_runs"] == 0
+    assert points[2]["stats"]["min"] == 201.0 and points[2]["stats"]["max"] == 203.0
+    record = json.loads((tmp_path / "measure-w2-r3" / "lab.json").read_text())
+    assert record["round"] == 3 and record["throughput_eps"] == 203.0
+
+
 def test_the_untraced_step_of_a_tf2_pss_run_is_its_tail_after_the_settling_steps(tmp_path):
     """Start to start over consecutive untraced steps of the last run of consecutive step numbers:
     neither the traced phase's steps that ended after the trace (traced 0, before the gap the

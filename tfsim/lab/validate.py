@@ -393,53 +393,75 @@ def simulated_hosts(setting: LabSetting) -> dict:
                                     ps_cores=model_cores(quotas.ps_cores))}
 
 
-def measure_point(setting: LabSetting, out_dir: Path, workers: int, *, repeat: int, rerun_loaded: bool,
-                  progress: bool, fork_servers: ForkServers | None = None) -> dict:
-    """Measure the real job ``repeat`` times with ``workers`` workers, each on a fresh cluster;
-    a run during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load
-    the lab did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
-    runs, loads, reruns, throttled, steps, sums, spreads, ps_window = [], [], 0, [], [], [], [], []
-    transport_runs: list[dict] = []
+def measure_points(setting: LabSetting, out_dir: Path, workers: Sequence[int], *, repeat: int,
+                   rerun_loaded: bool, progress: bool, fork_servers: ForkServers | None = None) -> dict[int, dict]:
+    """Measure the real job ``repeat`` times for every W of ``workers``, each run on a fresh
+    cluster, in rounds: round k measures every W once (W = 1 first), so that a W's runs are
+    spread over the setting's time and its range holds how the machine drifted meanwhile (a
+    CPU-quota-bound one-worker step moved 26-40% between lab runs minutes apart on this
+    machine), and no W is measured in a slow stretch the others missed. A run during which the
+    machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load the lab did not cause
+    is measured again once (``rerun_loaded``), and flagged if still loaded. Returns each W's
+    point (:func:`_point`), its runs in round order."""
+    records: dict[int, list[dict]] = {w: [] for w in workers}
     for k in range(repeat):
-        for attempt in range(2 if rerun_loaded else 1):
-            measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
-            lab_run = _collect(setting, measure_dir, workers=workers, steps=setting.measure_steps, capture=False,
-                               progress=progress, fork_servers=fork_servers)
-            if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
-                break
-            reruns += 1
-            _say(f"[{setting.name}] W = {workers}, run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside "
-                 "load: measuring again")
-        measured = measured_throughput(lab_run.run_dir)
-        shutil.rmtree(measure_dir / "trace", ignore_errors=True)  # one traced step each: the profile has them
-        shutil.rmtree(measure_dir / "logs", ignore_errors=True)
-        runs.append(measured["throughput_eps"])
-        steps.append(measured["step_time_median_s"])
-        sums.append(measured["per_worker_sum_eps"])
-        spreads.append(measured["finish_spread_s"])
-        loads.append(lab_run.load)
-        throttled.append(sum(t.throttled_s for t in lab_run.tasks.values()))
-        transport_runs.append(transport_summary(lab_run, lab_run.run_dir))
-        window_cpu = window_usage(lab_run.cpu_samples, *measured["window_unix_s"])
-        ps_window.append(window_cpu.get("ps0", {}).get("cores", math.nan))
-        write_json(measure_dir / "lab.json", {
-            "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"], "rule": measured["rule"],
-            "window_s": measured["window_s"], "per_worker_eps": measured["per_worker_eps"],
+        _say(f"[{setting.name}] measuring round {k + 1} of {repeat}: W = {', '.join(map(str, workers))}")
+        for w in workers:
+            records[w].append(_measure_run(setting, out_dir, w, k, rerun_loaded=rerun_loaded, progress=progress,
+                                           fork_servers=fork_servers))
+    return {w: _point(runs) for w, runs in records.items()}
+
+
+def _measure_run(setting: LabSetting, out_dir: Path, workers: int, k: int, *, rerun_loaded: bool, progress: bool,
+                 fork_servers: ForkServers | None) -> dict:
+    """Run ``k`` (from 0) of the point with ``workers`` workers: ``measure-w<W>-r<k+1>`` and its lab.json."""
+    reruns = 0
+    for attempt in range(2 if rerun_loaded else 1):
+        measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
+        lab_run = _collect(setting, measure_dir, workers=workers, steps=setting.measure_steps, capture=False,
+                           progress=progress, fork_servers=fork_servers)
+        if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
+            break
+        reruns += 1
+        _say(f"[{setting.name}] W = {workers}, run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside "
+             "load: measuring again")
+    measured = measured_throughput(lab_run.run_dir)
+    shutil.rmtree(measure_dir / "trace", ignore_errors=True)  # one traced step each: the profile has them
+    shutil.rmtree(measure_dir / "logs", ignore_errors=True)
+    transport = transport_summary(lab_run, lab_run.run_dir)
+    window_cpu = window_usage(lab_run.cpu_samples, *measured["window_unix_s"])
+    write_json(measure_dir / "lab.json", {
+        "format": "tfsim.lab-run/1", "throughput_eps": measured["throughput_eps"], "rule": measured["rule"],
+        "window_s": measured["window_s"], "per_worker_eps": measured["per_worker_eps"],
+        "per_worker_sum_eps": measured["per_worker_sum_eps"], "finish_spread_s": measured["finish_spread_s"],
+        "round": k + 1,
+        "load": {"wall_s": lab_run.load.wall_s, "machine_cores": lab_run.load.machine_cores,
+                 "lab_cores": lab_run.load.lab_cores, "outside_cores": lab_run.load.outside_cores,
+                 "flagged": lab_run.load.flagged},
+        "tasks": {name: dataclasses.asdict(stats) for name, stats in lab_run.tasks.items()},
+        "links": {name: counters.as_dict() for name, counters in lab_run.links.items()},
+        "transport": transport,
+        "window_cpu": window_cpu,
+        "quotas": dataclasses.asdict(setting.quotas())})
+    return {"throughput_eps": measured["throughput_eps"], "step_s": measured["step_time_median_s"],
             "per_worker_sum_eps": measured["per_worker_sum_eps"], "finish_spread_s": measured["finish_spread_s"],
-            "load": {"wall_s": lab_run.load.wall_s, "machine_cores": lab_run.load.machine_cores,
-                     "lab_cores": lab_run.load.lab_cores, "outside_cores": lab_run.load.outside_cores,
-                     "flagged": lab_run.load.flagged},
-            "tasks": {name: dataclasses.asdict(stats) for name, stats in lab_run.tasks.items()},
-            "links": {name: counters.as_dict() for name, counters in lab_run.links.items()},
-            "transport": transport_runs[-1],
-            "window_cpu": window_cpu,
-            "quotas": dataclasses.asdict(setting.quotas())})
-    return {"runs": runs, "stats": measurement_stats(runs), "step_s": float(sorted(steps)[len(steps) // 2]),
-            "outside_load_cores": max(load.outside_cores for load in loads),
-            "loaded_runs": sum(load.flagged for load in loads), "reruns": reruns,
-            "throttled_s_per_run": sum(throttled) / len(throttled), "per_worker_sum_eps": sum(sums) / len(sums),
-            "finish_spread_s": max(spreads), "ps_cores_used_in_window": sum(ps_window) / len(ps_window),
-            **{c: sum(t[c] for t in transport_runs) / len(transport_runs) for c in TRANSPORT_COLUMNS}}
+            "load": lab_run.load, "reruns": reruns, "transport": transport,
+            "throttled_s": sum(t.throttled_s for t in lab_run.tasks.values()),
+            "ps_window_cores": window_cpu.get("ps0", {}).get("cores", math.nan)}
+
+
+def _point(runs: list[dict]) -> dict:
+    """One W's point from its runs (:func:`_measure_run`'s records, in round order)."""
+    eps = [r["throughput_eps"] for r in runs]
+    steps = sorted(r["step_s"] for r in runs)
+    return {"runs": eps, "stats": measurement_stats(eps), "step_s": float(steps[len(steps) // 2]),
+            "outside_load_cores": max(r["load"].outside_cores for r in runs),
+            "loaded_runs": sum(r["load"].flagged for r in runs), "reruns": sum(r["reruns"] for r in runs),
+            "throttled_s_per_run": sum(r["throttled_s"] for r in runs) / len(runs),
+            "per_worker_sum_eps": sum(r["per_worker_sum_eps"] for r in runs) / len(runs),
+            "finish_spread_s": max(r["finish_spread_s"] for r in runs),
+            "ps_cores_used_in_window": sum(r["ps_window_cores"] for r in runs) / len(runs),
+            **{c: sum(r["transport"][c] for r in runs) / len(runs) for c in TRANSPORT_COLUMNS}}
 
 
 def overflow_columns(setting: LabSetting, cluster, workers: int) -> dict:
@@ -562,11 +584,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     packet = packet_predictions(profile, cluster, setting.workers, hosts=hosts, servers=servers) \
         if setting.packet else {}
     quotas = setting.quotas()
+    points = measure_points(setting, out_dir, setting.workers, repeat=repeat, rerun_loaded=rerun_loaded,
+                            progress=progress, fork_servers=fork_servers)
     rows = []
     for w in setting.workers:
-        _say(f"[{setting.name}] measuring the real job with {w} worker(s), {repeat} time(s)")
-        point = measure_point(setting, out_dir, w, repeat=repeat, rerun_loaded=rerun_loaded, progress=progress,
-                              fork_servers=fork_servers)
+        point = points[w]
         stats = point["stats"]
         rows_w = {p: frame[(frame["workers"] == w) & (frame["policy"] == p)].iloc[0] for p in TRANSFER_MODELS}
         predicted = {p: float(row["throughput_eps"]) for p, row in rows_w.items()}
@@ -785,8 +807,9 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         "1 intra-op and 1 inter-op thread per task",
         "- measured: the examples all workers complete over the last half of the window in which every worker runs "
         "its measured steps, per second (tfsim/lab/measure.py; ICPE §4.1's per-worker sum is in results.csv, "
-        "`measured_per_worker_sum_eps`); each point measured `repeats` times on a fresh cluster: the mean, and the "
-        "range (min..max)",
+        "`measured_per_worker_sum_eps`); each point measured `repeats` times on a fresh cluster, in rounds "
+        "(each round measures every W of the setting once, so a point's range holds the machine's drift over the "
+        "setting): the mean, and the range (min..max)",
         "- predicted: tfsim's simulation of the same hosts (a host per task with its quota, or one shared host), "
         f"the mean of {int(frame['predict_replicas'].max())} replicas (seeds 0, 1, ..: past one worker a simulated "
         "run can settle into one of several phase patterns; the grpc replicas' range is given); the error is against "
