@@ -69,7 +69,7 @@ def tracing_cpu_ratio(run_dir: str | os.PathLike, run: dict) -> dict[str, float]
 
     Examples
     --------
-    >>> import json, tempfile, pathlib
+    >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "task_cpu.csv").write_text("step,time_unix_s,task,cpu_s,slices\n"
     ...     "4,0.0,ps0,1.0,1\n15,1.1,ps0,1.33,1\n27,2.3,ps0,1.57,1\n")
