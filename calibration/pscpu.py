@@ -91,6 +91,27 @@ def tracing_cpu_ratio(run_dir: str | os.PathLike, run: dict) -> dict[str, float]
     return ratios
 
 
+def untraced_window_s(run_dir: str | os.PathLike, run: dict) -> tuple[float, float] | None:
+    r"""The unix times of the reading as the traced steps ended and of the last reading: the
+    untraced tail that the PS CPU estimate (and the lab's one-worker correction) take; None for a
+    run not read a third time, or with fewer than MIN_STEPS steps after that reading.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "task_cpu.csv").write_text("step,time_unix_s,task,cpu_s,slices\n"
+    ...     "4,0.0,ps0,1.0,1\n15,1.1,ps0,1.33,1\n27,2.3,ps0,1.57,1\n")
+    >>> untraced_window_s(d, {"task_cpu": {}})
+    (1.1, 2.3)
+    """
+    readings = _readings(run_dir, run) or {}
+    rows = next(iter(readings.values()), [])
+    if len(rows) < 3 or rows[-1][0] - rows[-2][0] < MIN_STEPS:
+        return None
+    return rows[-2][1], rows[-1][1]
+
+
 def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
     """CLUSTER.json's ``ps_cpu`` for a collected run, or None when the run has no CPU readings
     (collected before they existed, or with ``--role``) or too few steps between them.

@@ -2,6 +2,7 @@
 load, settings files, and the host model that predicts for the same hosts."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -164,6 +165,26 @@ def test_a_settings_points_are_measured_in_rounds_and_a_loaded_run_again(tmp_pat
     assert points[2]["stats"]["min"] == 201.0 and points[2]["stats"]["max"] == 203.0
     record = json.loads((tmp_path / "measure-w2-r3" / "lab.json").read_text())
     assert record["round"] == 3 and record["throughput_eps"] == 203.0
+
+
+def test_the_profiling_tails_outside_load_is_the_machines_busy_cores_beyond_its_tasks(tmp_path):
+    """Over the untraced steps (task_cpu.csv's third reading to its last), from the run's CPU
+    samples: 1.2 machine cores busy while the tasks used 0.3 + 0.4 leaves 0.5 core outside; the
+    traced steps' load before does not count."""
+    from tfsim.lab.collect import LabRun
+    from tfsim.lab.cpu_trace import MACHINE
+    from tfsim.lab.validate import profile_tail_outside_cores
+
+    (tmp_path / "run.json").write_text(json.dumps({"task_cpu": {"file": "task_cpu.csv", "limits": {}}}))
+    (tmp_path / "task_cpu.csv").write_text("step,time_unix_s,task,cpu_s,slices\n"
+                                           "4,100.0,ps0,1.0,1\n15,110.0,ps0,2.0,1\n27,120.0,ps0,5.0,1\n")
+    samples = [(t, {"ps0": (0.3 * t, 0.0), "w0": (0.4 * t, 0.0), MACHINE: (busy, 0.0)})
+               for t, busy in ((100.0, 0.0), (110.0, 19.0), (120.0, 31.0))]  # 1.9 then 1.2 cores busy
+    run = LabRun(tmp_path, LoadSample(20.0, 1.5, 0.7), {}, cpu_samples=tuple(samples))
+    assert profile_tail_outside_cores(run) == pytest.approx(0.5)
+    (tmp_path / "task_cpu.csv").write_text("step,time_unix_s,task,cpu_s,slices\n4,100.0,ps0,1.0,1\n"
+                                           "27,120.0,ps0,5.0,1\n")
+    assert math.isnan(profile_tail_outside_cores(run))  # no untraced tail read apart
 
 
 def test_the_untraced_step_of_a_tf2_pss_run_is_its_tail_after_the_settling_steps(tmp_path):

@@ -25,7 +25,7 @@ examples:
 The task processes import --model-fn's module with the current directory and this project on
 PYTHONPATH. Each measured run's load is recorded (lab.json in its directory): a run during
 which other processes used more than 0.1 core is measured again once (--no-rerun: kept) and
-flagged in the results.
+flagged in the results; so is a profiling run whose untraced steps carried such load.
 """
 
 
