@@ -1,7 +1,7 @@
-"""The same setting (deep_narrow, 400 Mbit/s, W = 1..6, 0.29-core hosts) as five whole lab runs:
-this directory's three (run/, settings a, b, c, 60 measured steps) and the two of
-bench/results/fresh-2026-11-28 (run/ and rerun/, 40 measured steps); all five measured a W's
-runs back to back (the lab's order before its rounds). Per W: each lab run's measured mean and
+"""The same setting (deep_narrow, 400 Mbit/s, W = 1..6, 0.29-core hosts) as six whole lab runs:
+this directory's three of run/ (settings a, b, c, 60 measured steps) and the two of
+bench/results/fresh-2026-11-28 (run/ and rerun/, 40 measured steps), which measured a W's runs
+back to back, and rounds/ (setting d, 60 measured steps), measured in rounds. Per W: each lab run's measured mean and
 its within-run range, the spread of the means between lab runs, and each run's profiling tail
 and flow prediction. Run from the repository's root:
 ``python bench/results/repeat-2026-11-28/compare.py``. A study tool, not part of tfsim."""
@@ -20,6 +20,7 @@ RUNS = {
     "a": (RESULTS / "repeat-2026-11-28/run", "deep-narrow-400mbit-a"),
     "b": (RESULTS / "repeat-2026-11-28/run", "deep-narrow-400mbit-b"),
     "c": (RESULTS / "repeat-2026-11-28/run", "deep-narrow-400mbit-c"),
+    "d (rounds)": (RESULTS / "repeat-2026-11-28/rounds", "deep-narrow-400mbit-d"),
 }
 
 
@@ -62,11 +63,11 @@ def main() -> None:
     spread["median_within_run_range_%"] = frame.groupby("W")["within_run_range"].median() * 100
     print("Between lab runs against within one:")
     print(spread.round(1).to_string())
-    recent = frame[frame["run"].isin(["a", "b", "c"])]
+    recent = frame[frame["run"].isin(["a", "b", "c", "d (rounds)"])]
     print()
     per_run = frame.groupby("run", sort=False)["error_flow"].apply(lambda e: e.abs().mean())
     print("flow mean |error| per lab run: " + ", ".join(f"{k} {v:.1%}" for k, v in per_run.items()))
-    print(f"a, b, c together: {recent['error_flow'].abs().mean():.1%}")
+    print(f"a, b, c, d together: {recent['error_flow'].abs().mean():.1%}")
 
 
 if __name__ == "__main__":
