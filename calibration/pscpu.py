@@ -26,10 +26,27 @@ PS_PREFIX = "ps"
 WORKER_PREFIX = "worker"  # a tf2-pss run also reads its coordinator, which no connection of a step has
 
 
+def _untraced_span(readings: list[tuple[int, float, float]]) -> tuple[tuple, tuple] | None:
+    """The reading as a run's traced steps ended and its last one, when the run read its tasks a
+    third time there (the lab's profiling runs) and at least MIN_STEPS untraced steps followed;
+    else None.
+
+    Examples
+    --------
+    >>> _untraced_span([(4, 0.0, 1.0), (15, 1.1, 1.15), (27, 2.3, 1.27)])
+    ((15, 1.1, 1.15), (27, 2.3, 1.27))
+    >>> _untraced_span([(4, 0.0, 1.0), (25, 2.1, 1.25), (27, 2.3, 1.27)]) is None
+    True
+    """
+    if len(readings) >= 3 and readings[-1][0] - readings[-2][0] >= MIN_STEPS:
+        return readings[-2], readings[-1]
+    return None
+
+
 def _span(readings: list[tuple[int, float, float]]) -> tuple[tuple[int, float, float], tuple[int, float, float]]:
-    """The two readings a task's CPU per step is taken between: the last two, when a run read its
-    tasks a third time as its traced steps ended (the lab's profiling runs: recording a trace costs
-    the PS CPU) and at least MIN_STEPS untraced steps followed; else the first and last.
+    """The two readings a task's CPU per step is taken between: the untraced span
+    (:func:`_untraced_span`; recording a trace costs the PS CPU) where there is one, else the
+    first and last.
 
     Examples
     --------
@@ -38,9 +55,7 @@ def _span(readings: list[tuple[int, float, float]]) -> tuple[tuple[int, float, f
     >>> _span([(4, 0.0, 1.0), (15, 1.1, 1.15), (27, 2.3, 1.27)])
     ((15, 1.1, 1.15), (27, 2.3, 1.27))
     """
-    if len(readings) >= 3 and readings[-1][0] - readings[-2][0] >= MIN_STEPS:
-        return readings[-2], readings[-1]
-    return readings[0], readings[-1]
+    return _untraced_span(readings) or (readings[0], readings[-1])
 
 
 def _readings(run_dir: str | os.PathLike, run: dict) -> dict[str, list[tuple[int, float, float]]] | None:
@@ -79,10 +94,11 @@ def tracing_cpu_ratio(run_dir: str | os.PathLike, run: dict) -> dict[str, float]
     readings = _readings(run_dir, run) or {}
     ratios = {}
     for task, rows in readings.items():
-        if len(rows) < 3:
+        untraced_span = _untraced_span(rows)
+        if untraced_span is None:
             continue
-        (first_step, _, first_cpu), (end_step, _, end_cpu), (last_step, _, last_cpu) = rows[0], rows[-2], rows[-1]
-        if end_step - first_step < MIN_STEPS or last_step - end_step < MIN_STEPS:
+        (first_step, _, first_cpu), ((end_step, _, end_cpu), (last_step, _, last_cpu)) = rows[0], untraced_span
+        if end_step - first_step < MIN_STEPS:
             continue
         traced = (end_cpu - first_cpu) / (end_step - first_step)
         untraced = (last_cpu - end_cpu) / (last_step - end_step)
@@ -92,24 +108,12 @@ def tracing_cpu_ratio(run_dir: str | os.PathLike, run: dict) -> dict[str, float]
 
 
 def untraced_window_s(run_dir: str | os.PathLike, run: dict) -> tuple[float, float] | None:
-    r"""The unix times of the reading as the traced steps ended and of the last reading: the
-    untraced tail that the PS CPU estimate (and the lab's one-worker correction) take; None for a
-    run not read a third time, or with fewer than MIN_STEPS steps after that reading.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> d = pathlib.Path(tempfile.mkdtemp())
-    >>> _ = (d / "task_cpu.csv").write_text("step,time_unix_s,task,cpu_s,slices\n"
-    ...     "4,0.0,ps0,1.0,1\n15,1.1,ps0,1.33,1\n27,2.3,ps0,1.57,1\n")
-    >>> untraced_window_s(d, {"task_cpu": {}})
-    (1.1, 2.3)
-    """
+    """The unix times of :func:`_untraced_span`'s two readings (every task is read at the same
+    moments): the untraced tail that the PS CPU estimate and the lab's one-worker correction
+    take; None for a run without one."""
     readings = _readings(run_dir, run) or {}
-    rows = next(iter(readings.values()), [])
-    if len(rows) < 3 or rows[-1][0] - rows[-2][0] < MIN_STEPS:
-        return None
-    return rows[-2][1], rows[-1][1]
+    untraced_span = _untraced_span(next(iter(readings.values()), []))
+    return None if untraced_span is None else (untraced_span[0][1], untraced_span[1][1])
 
 
 def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
