@@ -8,9 +8,10 @@ lab's quota (max(1, q) model cores, docs/model.md §4.3), the PS CPU bound where
 has one, as the lab predicts. Prints each point's error beside the one the lab published (the
 model of its day) and the summary; writes OUT.csv. Run it with ``PYTHONPATH`` at a worktree to
 judge a model change on saved measurements. ``--refit`` fits the one-worker correction again
-as the tfsim on ``sys.path`` does (``profile.npz``'s own factor taken out, the target from the
-setting's saved ``profile-run``; the profile is built again from that run's traces where they
-were kept), to judge a change of the correction. A study tool, not part
+as the tfsim on ``sys.path`` does (``profile.npz``'s own factor taken out, the target the mean
+untraced step of the setting's saved ``profile-run`` and tail runs, ``tfsim.lab.validate.one_worker_tails``;
+the profile is built again from that run's traces where they were kept), to judge a change of
+the correction. A study tool, not part
 of tfsim.
 """
 
@@ -27,7 +28,7 @@ from simulate.sweep import predict
 from simulate.untrace import fit_computation_scale, scale_computation
 from tfprofile.profile_io import load_profile
 from tfprofile.rundir import profile_from_run_dir
-from tfsim.lab.validate import CLOSE_ENOUGH, PREDICT_REPLICAS, untraced_step_s
+from tfsim.lab.validate import CLOSE_ENOUGH, PREDICT_REPLICAS, one_worker_tails
 
 STEPS, WARMUP = 400, 50
 
@@ -52,7 +53,7 @@ def main() -> None:
                 profile = profile_from_run_dir(lab / setting / "profile-run")
             else:
                 profile = scale_computation(profile, 1.0 / profile.meta.get("computation_scale", 1.0))
-            target = untraced_step_s(lab / setting / "profile-run")
+            target = one_worker_tails(lab / setting).mean_step_s
             scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=STEPS, warmup=WARMUP,
                                           replicas=PREDICT_REPLICAS, colocation=hosts)
             profile = scale_computation(profile, scale)

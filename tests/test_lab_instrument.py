@@ -139,7 +139,7 @@ def test_a_settings_points_are_measured_in_rounds_and_a_loaded_run_again(tmp_pat
     calls = []
     loaded = {(2, 2)}  # W = 2's second run carries outside load the first time
 
-    def collect(setting, out, *, workers, steps, capture, progress, fork_servers=None):
+    def collect(setting, out, *, workers, steps, capture, progress, fork_servers=None, profile_side=False):
         k = int(out.name.rsplit("-r", 1)[1])
         calls.append((workers, k))
         busy = 0.5 if (workers, k) in loaded and calls.count((workers, k)) == 1 else 0.0
@@ -158,13 +158,87 @@ def test_a_settings_points_are_measured_in_rounds_and_a_loaded_run_again(tmp_pat
     monkeypatch.setattr(validate, "transport_summary",
                         lambda run, run_dir: dict.fromkeys(validate.TRANSPORT_COLUMNS, 0.0))
     setting = LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 2))
-    points = validate.measure_points(setting, tmp_path, setting.workers, repeat=3, rerun_loaded=True, progress=False)
-    assert calls == [(1, 1), (2, 1), (1, 2), (2, 2), (2, 2), (1, 3), (2, 3)]
+    measured = validate.measure_points(setting, tmp_path, setting.workers, repeat=3, rerun_loaded=True,
+                                       progress=False)
+    points = measured.points
+    assert calls == [(1, 1), (2, 1), (1, 2), (2, 2), (2, 2), (1, 3), (2, 3)] and measured.tail_loads == ()
     assert points[1]["runs"] == [101.0, 102.0, 103.0] and points[2]["runs"] == [201.0, 202.0, 203.0]
     assert points[2]["reruns"] == 1 and points[1]["reruns"] == 0 and points[2]["loaded_runs"] == 0
     assert points[2]["stats"]["min"] == 201.0 and points[2]["stats"]["max"] == 203.0
     record = json.loads((tmp_path / "measure-w2-r3" / "lab.json").read_text())
     assert record["round"] == 3 and record["throughput_eps"] == 203.0
+
+
+def test_each_round_begins_with_a_one_worker_tail_run_of_the_profiling_cluster(tmp_path, monkeypatch):
+    """With ``tail_runs`` every round first runs one untraced worker on the profiling run's PS
+    (``profile-tail-r<k>``, as long as a measuring run, no capture); a loaded one is run again
+    once, and each round's outside load is returned."""
+    from tfsim.lab import validate
+    from tfsim.lab.collect import LabRun
+
+    calls, real_collect = [], validate._collect
+
+    def collect(setting, out, *, workers, steps, capture, progress, fork_servers=None, profile_side=False):
+        calls.append((out.name, workers, steps, capture, profile_side))
+        busy = 0.5 if out.name == "profile-tail-r2" and calls.count(calls[-1]) == 1 else 0.0
+        (out / "trace").mkdir(parents=True, exist_ok=True)
+        return LabRun(out, LoadSample(1.0, 1.0 + busy, 1.0), {})
+
+    monkeypatch.setattr(validate, "_collect", collect)
+    monkeypatch.setattr(validate, "_measure_run", lambda setting, out_dir, w, k, **kwargs: {"w": w, "k": k})
+    monkeypatch.setattr(validate, "_point", lambda runs: runs)
+    setting = LabSetting("s", "tiny", 32, 100_000_000, workers=(1, 3), ps_tasks=2, profile_ps=1, measure_steps=20)
+    measured = validate.measure_points(setting, tmp_path, setting.workers, repeat=2, rerun_loaded=True,
+                                       progress=False, tail_runs=True)
+    assert calls == [("profile-tail-r1", 1, 20, False, True), ("profile-tail-r2", 1, 20, False, True),
+                     ("profile-tail-r2", 1, 20, False, True)]
+    assert measured.tail_loads == (0.0, 0.0) and measured.points[3] == [{"w": 3, "k": 0}, {"w": 3, "k": 1}]
+    assert not (tmp_path / "profile-tail-r1" / "trace").exists()  # one traced step: the profile has them
+    # The tail run takes the profiling run's PS count, a measuring run the setting's.
+    seen = []
+    monkeypatch.setattr(validate, "collect_in_lab", lambda config, *args, **kwargs: seen.append(config.ps_tasks))
+    real_collect(setting, tmp_path / "t", workers=1, steps=4, capture=False, progress=False, profile_side=True)
+    real_collect(setting, tmp_path / "m", workers=1, steps=4, capture=False, progress=False)
+    assert seen == [1, 2]
+
+
+def _write_one_worker_run(run_dir, walls, readings):
+    """A tf1 one-worker run: its measured steps' wall times (``(traced, wall_s)``) and PS 0's
+    CPU readings (``(step, time_unix_s, cpu_s)``) under a 0.5-core quota."""
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"config": {"api": "tf1"}, "task_cpu": {
+        "file": "task_cpu.csv", "limits": {"ps0": {"cores": 0.5}}}}))
+    lines = ["worker,step,measured,traced,start_unix_s,wall_s"]
+    lines += [f"0,{k},1,{traced},{k:.6f},{wall:.6f}" for k, (traced, wall) in enumerate(walls)]
+    (run_dir / "step_times.csv").write_text("\n".join(lines) + "\n")
+    (run_dir / "task_cpu.csv").write_text("step,time_unix_s,task,cpu_s,slices\n" + "".join(
+        f"{step},{t},ps0,{cpu},1\n" for step, t, cpu in readings))
+
+
+def test_the_one_worker_step_and_ps_cpu_are_the_means_over_the_profiling_tail_and_the_tail_runs(tmp_path):
+    """Each run weighs alike: the profiling run's untraced tail (0.2 s steps, 10 ms of PS CPU per
+    step after its third reading) and two tail runs (0.1 and 0.3 s; 20 and 30 ms from their
+    first reading to their last); a tail run stopped midway (.incomplete) is left out; the
+    pooled CPU replaces CLUSTER.json's ps_cpu and says over how many runs."""
+    from tfsim.lab.validate import one_worker_tails, pooled_ps_cpu
+
+    _write_one_worker_run(tmp_path / "profile-run", [(1, 0.5)] * 4 + [(0, 0.2)] * 4,
+                          [(4, 0.0, 1.0), (8, 2.0, 2.0), (12, 2.8, 2.04)])
+    _write_one_worker_run(tmp_path / "profile-tail-r1", [(1, 0.5)] + [(0, 0.1)] * 6,
+                          [(4, 0.0, 1.0), (10, 0.6, 1.12)])
+    _write_one_worker_run(tmp_path / "profile-tail-r2", [(1, 0.5)] + [(0, 0.3)] * 6,
+                          [(4, 0.0, 1.0), (10, 1.8, 1.18)])
+    _write_one_worker_run(tmp_path / "profile-tail-r3.incomplete", [(0, 9.0)] * 6, [(4, 0.0, 1.0), (10, 1.8, 9.0)])
+    tails = one_worker_tails(tmp_path)
+    assert tails.step_s == pytest.approx((0.2, 0.1, 0.3)) and tails.mean_step_s == pytest.approx(0.2)
+    assert tails.ps_cpu_s == pytest.approx((0.01, 0.02, 0.03)) and tails.mean_ps_cpu_s == pytest.approx(0.02)
+    document = {"ps_cpu": {"cpu_s_per_step": 0.01, "cores": 0.5, "servers": 1, "steps": 4}}
+    pooled = pooled_ps_cpu(document, tails)["ps_cpu"]
+    assert pooled["cpu_s_per_step"] == pytest.approx(0.02) and pooled["runs"] == 3 and pooled["cores"] == 0.5
+    assert pooled["cpu_s_per_step_runs"] == pytest.approx([0.01, 0.02, 0.03])
+    assert document["ps_cpu"]["cpu_s_per_step"] == 0.01  # the calibration's own record is left alone
+    alone = one_worker_tails(tmp_path / "profile-run")  # no tail runs beside it: nothing pooled
+    assert pooled_ps_cpu(document, alone) is document and alone.step_s == ()
 
 
 def test_the_profiling_tails_outside_load_is_the_machines_busy_cores_beyond_its_tasks(tmp_path):

@@ -5,17 +5,23 @@ emulated cluster on this machine (:mod:`tfsim.lab.netns`):
 
 1. profile the job with 1 PS (or M) and 1 worker, with iperf3 and a capture;
 2. calibrate (``tfsim calibrate``) and build the profile (``tfsim profile``);
-3. predict W = 1..K for the same hosts (a host per task with its CPU quota, or, with
-   ``colocated``, every task on this machine's cores: docs/model.md §4.3), with the ``grpc``
-   (today's gRPC, the default for TF 2.x), ``http2`` (ICPE's model) and ``fifo`` transfer
-   models, and the coarse baselines. The ``grpc`` prediction is also given with every
-   worker starting at once (lock step): workers that start together may stay in step, and
-   the real job lands between the two;
-4. run the real job with W = 1..K workers and measure its throughput: the examples all
+3. run the real job with W = 1..K workers and measure its throughput: the examples all
    workers complete over the last half of the window in which every one of them runs
-   (:mod:`tfsim.lab.measure`; ICPE §4.1's per-worker sum is recorded beside it);
+   (:mod:`tfsim.lab.measure`; ICPE §4.1's per-worker sum is recorded beside it), in rounds,
+   each round beginning with one more untraced one-worker run (a tail run) for step 4;
+4. fit the one-worker correction to the mean untraced step of the profiling run's tail and
+   the tail runs, and take the PS CPU bound's CPU per step over the same runs (this machine's
+   speed wanders over minutes: one run is one draw of it); then predict W = 1..K for the same
+   hosts (a host per task with its CPU quota, or, with ``colocated``, every task on this
+   machine's cores: docs/model.md §4.3), with the ``grpc`` (today's gRPC, the default for
+   TF 2.x), ``http2`` (ICPE's model) and ``fifo`` transfer models, and the coarse baselines.
+   The ``grpc`` prediction is also given with every worker starting at once (lock step):
+   workers that start together may stay in step, and the real job lands between the two; and
+   from the profiling run's tail alone, as a user's one profile would give it;
 5. tabulate measured against predicted, with the relative error, and say whether the
    matrix meets the bars (:data:`MEAN_ERROR_BAR`, :data:`MAX_ERROR_BAR`, :data:`INSIDE_SHARE_BAR`).
+
+No prediction takes a measuring run: the tail runs are runs of their own.
 
 Every TensorFlow process runs with one intra-op and one inter-op thread (the machine has
 few cores; the model needs one op at a time per task).
@@ -37,7 +43,7 @@ from pathlib import Path
 
 from calibration.calibrate import calibrate_run
 from calibration.plots import overhead_figure, stream_timeline_figure
-from calibration.pscpu import untraced_window_s
+from calibration.pscpu import ps_cpu_record, untraced_window_s
 from simulate.cluster import overflow_onset_workers
 from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
@@ -76,7 +82,9 @@ class LabSetting:
     PS instead of ``ps_tasks`` (e.g. 1), and the prediction re-places the profile's variables
     over ``ps_tasks`` servers (docs/model.md §2.2): the check of a many-PS prediction made from
     a one-PS profile. ``packet`` also predicts every W with the packet transfer model
-    (docs/model.md §12) and publishes its error beside grpc's.
+    (docs/model.md §12) and publishes its error beside grpc's. ``tail_runs`` measures the
+    one-worker step once more in every measuring round, untraced, for the correction and the PS
+    CPU bound (:func:`one_worker_tails`).
     """
 
     name: str
@@ -105,6 +113,7 @@ class LabSetting:
     packet: bool = False
     placement: str = "round_robin"
     cpu_period_ms: float = PERIOD_US / 1e3
+    tail_runs: bool = True
 
     def __post_init__(self) -> None:
         if self.api not in LAB_APIS:
@@ -139,6 +148,8 @@ class LabSetting:
             if value is not None and not (MIN_QUOTA_CORES <= value <= MACHINE_CORES):
                 raise UsageError(name, f"must be between {MIN_QUOTA_CORES:g} and this machine's {MACHINE_CORES:g} "
                                        f"cores, not {value:g}")
+        if not isinstance(self.tail_runs, bool):
+            raise UsageError("tail_runs", f"must be true or false, not {self.tail_runs!r}")
         if not math.isfinite(self.cpu_period_ms):
             raise UsageError("cpu_period_ms", f"must be a number of milliseconds, not {self.cpu_period_ms}")
         if not self.colocated:
@@ -246,6 +257,12 @@ PRESETS: dict[str, tuple[LabSetting, ...]] = {
     ),
 }
 
+PROFILE_RUN = "profile-run"
+# The one-worker runs the correction and the PS CPU bound took (:class:`OneWorkerTails`), and what
+# the profiling run's tail alone would have predicted (docs/formats.md §10).
+TAIL_COLUMNS = ("profile_tails", "profile_tail_step_s", "profile_tail_steps_s", "computation_scale_one_tail",
+                "predicted_grpc_one_tail_eps", "error_grpc_one_tail")
+TAIL_RUN_PREFIX = "profile-tail-r"  # a measuring round's one-worker tail run (:func:`_tail_run`)
 TIMELINE_COLUMNS = ("timeline_run_eps", "used_down_measured", "used_down_simulated", "used_up_measured",
                     "used_up_simulated", "busy_down_measured", "busy_down_simulated", "busy_up_measured",
                     "busy_up_simulated", "step_median_measured_s", "step_median_simulated_s")
@@ -280,7 +297,7 @@ RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profil
                   "inside_grpc", "ranges_overlap_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run", "ps_cores_used_in_window",
-                  "profile_tail_outside_cores", *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
+                  "profile_tail_outside_cores", *TAIL_COLUMNS, *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS, *PACKET_COLUMNS)
 
 
@@ -289,7 +306,11 @@ def _say(message: str) -> None:
 
 
 def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, capture: bool, progress: bool,
-             capture_site: CaptureSite = CaptureSite.CHIEF_WORKER, fork_servers: ForkServers | None = None) -> LabRun:
+             capture_site: CaptureSite = CaptureSite.CHIEF_WORKER, fork_servers: ForkServers | None = None,
+             profile_side: bool = False) -> LabRun:
+    """One run of the setting's job in its emulated cluster. The profiling run is the captured
+    one at the chief worker; ``profile_side`` runs the profiling run's PS count without its
+    trace or capture (a tail run, :func:`_tail_run`)."""
     profiling = capture and capture_site is CaptureSite.CHIEF_WORKER
     # The profiling run traces its first half of steps and not the second: the untraced ones
     # measure what tracing costs the worker (:func:`untraced_step_s`) and the PS's CPU per step
@@ -306,7 +327,8 @@ def _collect(setting: LabSetting, out: Path, *, workers: int, steps: int, captur
         warmup_steps=setting.warmup_steps,
         # A TF1 measuring run (and a timeline run) traces its first step only.
         trace_every=1 if setting.pss or profiling else steps + 1, **tracing,
-        workers=workers, ps_tasks=setting.profiled_ps if profiling else setting.ps_tasks, placement=setting.placement,
+        workers=workers, ps_tasks=setting.profiled_ps if profiling or profile_side else setting.ps_tasks,
+        placement=setting.placement,
         intra_op_threads=1,
         inter_op_threads=1, capture=capture,
         capture_site=capture_site, zero_init=True, env=setting.env, iperf_repeats=3 if profiling else 0,
@@ -407,23 +429,125 @@ def simulated_hosts(setting: LabSetting) -> dict:
                                     ps_cores=model_cores(quotas.ps_cores))}
 
 
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What :func:`measure_points` measured: each W's point (:func:`_point`), and the outside
+    load of each round's tail run (:func:`_tail_run`), in cores, in round order."""
+
+    points: dict[int, dict]
+    tail_loads: tuple[float, ...] = ()
+
+
 def measure_points(setting: LabSetting, out_dir: Path, workers: Sequence[int], *, repeat: int,
-                   rerun_loaded: bool, progress: bool, fork_servers: ForkServers | None = None) -> dict[int, dict]:
+                   rerun_loaded: bool, progress: bool, fork_servers: ForkServers | None = None,
+                   tail_runs: bool = False) -> Measured:
     """Measure the real job ``repeat`` times for every W of ``workers``, each run on a fresh
     cluster, in rounds: round k measures every W once (W = 1 first), so that a W's runs are
     spread over the setting's time and its range holds how the machine drifted meanwhile (a
     CPU-quota-bound one-worker step moved 26-40% between lab runs minutes apart on this
-    machine), and no W is measured in a slow stretch the others missed. A run during which the
-    machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load the lab did not cause
-    is measured again once (``rerun_loaded``), and flagged if still loaded. Returns each W's
-    point (:func:`_point`), its runs in round order."""
+    machine), and no W is measured in a slow stretch the others missed. With ``tail_runs``
+    each round begins with a tail run (:func:`_tail_run`): the one-worker step the correction
+    and the PS CPU bound take is measured over the same stretch of time as the points. A run
+    during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load the lab
+    did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
     records: dict[int, list[dict]] = {w: [] for w in workers}
+    tail_loads = []
     for k in range(repeat):
-        _say(f"[{setting.name}] measuring round {k + 1} of {repeat}: W = {', '.join(map(str, workers))}")
+        _say(f"[{setting.name}] measuring round {k + 1} of {repeat}: "
+             f"{'a one-worker tail run, then ' if tail_runs else ''}W = {', '.join(map(str, workers))}")
+        if tail_runs:
+            tail_loads.append(_tail_run(setting, out_dir, k, rerun_loaded=rerun_loaded, progress=progress,
+                                        fork_servers=fork_servers))
         for w in workers:
             records[w].append(_measure_run(setting, out_dir, w, k, rerun_loaded=rerun_loaded, progress=progress,
                                            fork_servers=fork_servers))
-    return {w: _point(runs) for w, runs in records.items()}
+    return Measured({w: _point(runs) for w, runs in records.items()}, tuple(tail_loads))
+
+
+def _tail_run(setting: LabSetting, out_dir: Path, k: int, *, rerun_loaded: bool, progress: bool,
+              fork_servers: ForkServers | None) -> float:
+    """Round ``k``'s (from 0) tail run, ``profile-tail-r<k+1>``: the profiling run's cluster with
+    one worker, untraced but for its first step and without a capture, as long as a measuring
+    run; measured again once when loaded, as a measuring run is. Returns its outside load in
+    cores. This machine's speed wanders by up to 30% over minutes (a quota-bound one-worker
+    step, and a fixed loop timed beside it: bench/results/tail-runs-2026-11-28), so one
+    profiling tail is one draw of it; a tail per round gives the correction the points' mean."""
+    for attempt in range(2 if rerun_loaded else 1):
+        lab_run = _collect(setting, out_dir / f"{TAIL_RUN_PREFIX}{k + 1}", workers=1, steps=setting.measure_steps,
+                           capture=False, progress=progress, fork_servers=fork_servers, profile_side=True)
+        if not lab_run.load.flagged:
+            break
+        if rerun_loaded and attempt == 0:
+            _say(f"[{setting.name}] tail run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside load: "
+                 "measuring again")
+    shutil.rmtree(lab_run.run_dir / "trace", ignore_errors=True)
+    shutil.rmtree(lab_run.run_dir / "logs", ignore_errors=True)
+    return lab_run.load.outside_cores
+
+
+@dataclasses.dataclass(frozen=True)
+class OneWorkerTails:
+    """The one-worker untraced steps of a setting's directory: the profiling run's tail
+    (``None`` where it has none) and the tail runs' (round order), each run's mean step and its
+    PS tasks' CPU per step (:func:`calibration.pscpu.ps_cpu_record`)."""
+
+    profiling_step_s: float | None
+    profiling_ps_cpu_s: float | None
+    round_step_s: tuple[float, ...] = ()
+    round_ps_cpu_s: tuple[float, ...] = ()
+
+    @property
+    def step_s(self) -> tuple[float, ...]:
+        """Every run's mean untraced step, the profiling run's first."""
+        return tuple(x for x in (self.profiling_step_s, *self.round_step_s) if x is not None)
+
+    @property
+    def ps_cpu_s(self) -> tuple[float, ...]:
+        """Every run's PS CPU per step, the profiling run's first."""
+        return tuple(x for x in (self.profiling_ps_cpu_s, *self.round_ps_cpu_s) if x is not None)
+
+    @property
+    def mean_step_s(self) -> float | None:
+        """The runs' mean untraced step, each run weighing alike (each is one draw of the
+        machine's speed); None without any."""
+        return sum(self.step_s) / len(self.step_s) if self.step_s else None
+
+    @property
+    def mean_ps_cpu_s(self) -> float | None:
+        """The runs' mean PS CPU per step, each run weighing alike; None without any."""
+        return sum(self.ps_cpu_s) / len(self.ps_cpu_s) if self.ps_cpu_s else None
+
+
+def _run_ps_cpu_s(run_dir: Path) -> float | None:
+    record = ps_cpu_record(run_dir, json.loads((run_dir / "run.json").read_text()))
+    return None if record is None else record["cpu_s_per_step"]
+
+
+def one_worker_tails(setting_dir: Path) -> OneWorkerTails:
+    """The untraced one-worker steps in ``setting_dir``: its ``profile-run``'s tail (where there
+    is one) and its finished ``profile-tail-r<k>`` runs (a run stopped midway keeps an
+    ``.incomplete`` name and is left out)."""
+    rounds = sorted((p for p in setting_dir.glob(f"{TAIL_RUN_PREFIX}*")
+                     if p.name[len(TAIL_RUN_PREFIX):].isdigit() and (p / "run.json").is_file()),
+                    key=lambda p: int(p.name[len(TAIL_RUN_PREFIX):]))
+    profiling = setting_dir / PROFILE_RUN
+    found = (profiling / "run.json").is_file()
+    return OneWorkerTails(untraced_step_s(profiling) if found else None, _run_ps_cpu_s(profiling) if found else None,
+                          tuple(step for step in map(untraced_step_s, rounds) if step is not None),
+                          tuple(cpu for cpu in map(_run_ps_cpu_s, rounds) if cpu is not None))
+
+
+def pooled_ps_cpu(document: dict, tails: OneWorkerTails) -> dict:
+    """CLUSTER.json ``document`` with its ``ps_cpu`` taken over every one-worker run of
+    ``tails`` (the mean of each run's CPU per step, docs/formats.md §10); unchanged without a
+    ``ps_cpu`` or with one run."""
+    if "ps_cpu" not in document or len(tails.ps_cpu_s) < 2:
+        return document
+    return {**document, "ps_cpu": {
+        **document["ps_cpu"], "cpu_s_per_step": tails.mean_ps_cpu_s, "runs": len(tails.ps_cpu_s),
+        "cpu_s_per_step_runs": list(tails.ps_cpu_s),
+        "source": "task_cpu.csv: the mean over the lab's one-worker runs of the PS tasks' CPU per untraced step "
+                  "(the profiling run's tail, then a tail run per measuring round)"}}
 
 
 def _measure_run(setting: LabSetting, out_dir: Path, workers: int, k: int, *, rerun_loaded: bool, progress: bool,
@@ -552,18 +676,18 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     out_dir.mkdir(parents=True, exist_ok=True)
     _say(f"[{setting.name}] profiling with {setting.profiled_ps} PS and 1 worker (capture + iperf3; "
          f"{setting.hosts_text()}; {setting.transport().describe()})")
-    profiling = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profiling_steps, capture=True,
+    profiling = _collect(setting, out_dir / PROFILE_RUN, workers=1, steps=setting.profiling_steps, capture=True,
                          progress=progress, fork_servers=fork_servers)
     tail_outside = profile_tail_outside_cores(profiling)
     if rerun_loaded and tail_outside > OUTSIDE_LOAD_LIMIT_CORES:
         _say(f"[{setting.name}] {tail_outside:.2f} cores of outside load over the profiling run's untraced steps: "
              "profiling again")
-        profiling = _collect(setting, out_dir / "profile-run", workers=1, steps=setting.profiling_steps,
+        profiling = _collect(setting, out_dir / PROFILE_RUN, workers=1, steps=setting.profiling_steps,
                              capture=True, progress=progress, fork_servers=fork_servers)
         tail_outside = profile_tail_outside_cores(profiling)
     run_dir = profiling.run_dir
     # A rate above what the link can carry is recorded (CLUSTER.json link_ceiling) and said, not
-    # fatal: the setting's runs are already measured.
+    # fatal: the setting's runs measure the real job all the same.
     calibration = calibrate_run(run_dir, allow_above_ceiling=True)
     for check in calibration.link_ceiling.get("checks", []):
         if check["above"]:
@@ -575,28 +699,41 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
 
     save_figure(overhead_figure(calibration), out_dir / "overhead.png")
     save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
-    profile = profile_from_run_dir(run_dir)
-    cluster = load_cluster(out_dir / "CLUSTER.json")
+    traced_profile = profile_from_run_dir(run_dir)
     hosts = simulated_hosts(setting)
-    target = untraced_step_s(run_dir)
-    # Fitted over the run the prediction simulates: the mean of a few dozen sampled steps moves
-    # with the sample where the traced steps differ widely (a tf2-pss profile under a quota of a
-    # third of a core: 18-72 ms; 80 steps gave a mean 17% below 400 steps').
-    scale = fit_computation_scale(profile, cluster, target, statistic="mean", steps=predict_steps,
-                                  warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
-                                  **hosts) if target else 1.0
-    profile = scale_computation(profile, scale)
-    _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
-         f"({target * 1e3 if target else float('nan'):.1f} ms): {correction_reason(scale)}")
-    save_profile(profile, out_dir / "profile.npz")
     # The capture is big and fully summarised in CLUSTER.json: do not keep it.
     for capture in run_dir.glob("capture.pcap*"):
         capture.unlink()
-
-    _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2),
     # as the profiling run placed its variables (the setting's placement, in the profile's meta).
     servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
+
+    measured = measure_points(setting, out_dir, setting.workers, repeat=repeat, rerun_loaded=rerun_loaded,
+                              progress=progress, fork_servers=fork_servers, tail_runs=setting.tail_runs)
+    points = measured.points
+    tails = one_worker_tails(out_dir)
+    tail_outside = max([tail_outside, *measured.tail_loads], key=lambda x: -1.0 if math.isnan(x) else x)
+    one_tail_scale, one_tail = math.nan, {}
+    if len(tails.step_s) > 1 and tails.profiling_step_s is not None:
+        # What the profiling run's tail alone (a user's one profile) predicts: the part of the
+        # error that the machine's speed during that one run accounts for.
+        one_tail_scale = _fitted_scale(traced_profile, load_cluster(out_dir / "CLUSTER.json"),
+                                       tails.profiling_step_s, hosts, predict_steps)
+        one_tail = _grpc_predictions(scale_computation(traced_profile, one_tail_scale),
+                                     load_cluster(out_dir / "CLUSTER.json"), setting.workers, hosts=hosts,
+                                     servers=servers, steps=predict_steps)
+        document = pooled_ps_cpu(document, tails)
+        save_cluster(document, out_dir / "CLUSTER.json")
+    cluster = load_cluster(out_dir / "CLUSTER.json")
+    target = tails.mean_step_s
+    scale = _fitted_scale(traced_profile, cluster, target, hosts, predict_steps)
+    profile = scale_computation(traced_profile, scale)
+    _say(f"[{setting.name}] computation scaled by {scale:.3f} to match the untraced step time "
+         f"({target * 1e3 if target else float('nan'):.1f} ms, over {len(tails.step_s)} one-worker run(s)): "
+         f"{correction_reason(scale)}")
+    save_profile(profile, out_dir / "profile.npz")
+
+    _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
                     steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
                     servers=servers, jobs=1, **hosts)
@@ -606,8 +743,6 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     packet = packet_predictions(profile, cluster, setting.workers, hosts=hosts, servers=servers) \
         if setting.packet else {}
     quotas = setting.quotas()
-    points = measure_points(setting, out_dir, setting.workers, repeat=repeat, rerun_loaded=rerun_loaded,
-                            progress=progress, fork_servers=fork_servers)
     rows = []
     for w in setting.workers:
         point = points[w]
@@ -645,6 +780,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "outside_load_cores": point["outside_load_cores"], "loaded_runs": point["loaded_runs"],
             "reruns": point["reruns"], "throttled_s_per_run": point["throttled_s_per_run"],
             "ps_cores_used_in_window": point["ps_cores_used_in_window"], "profile_tail_outside_cores": tail_outside,
+            "profile_tails": len(tails.step_s), "profile_tail_step_s": target if target else math.nan,
+            "profile_tail_steps_s": " ".join(f"{x:.6g}" for x in tails.step_s),
+            "computation_scale_one_tail": one_tail_scale,
+            "predicted_grpc_one_tail_eps": one_tail.get(w, math.nan),
+            "error_grpc_one_tail": one_tail.get(w, math.nan) / stats["mean"] - 1,
             **{c: point[c] for c in TRANSPORT_COLUMNS},
             **overflow_columns(setting, cluster, w),
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
@@ -656,6 +796,24 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         rows[-1].update(packet_columns(packet.get(w), stats, grpc_eps=predicted["grpc"],
                                        auto_packet=auto_picks_packet(w, rows[-1]["buffer_bytes"])))
     return rows
+
+
+def _fitted_scale(profile, cluster, target: float | None, hosts: dict, steps: int) -> float:
+    """The one-worker correction's computation scale for an untraced step of ``target`` seconds
+    (1 without one), fitted over the run the prediction simulates: the mean of a few dozen
+    sampled steps moves with the sample where the traced steps differ widely (a tf2-pss profile
+    under a quota of a third of a core: 18-72 ms; 80 steps gave a mean 17% below 400 steps')."""
+    if not target:
+        return 1.0
+    return fit_computation_scale(profile, cluster, target, statistic="mean", steps=steps,
+                                 warmup=min(50, steps // 5), replicas=PREDICT_REPLICAS, **hosts)
+
+
+def _grpc_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None, steps: int) -> dict[int, float]:
+    """Each W's throughput under the grpc transfer model, the mean of the lab's replicas."""
+    frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
+                    replicas=PREDICT_REPLICAS, servers=servers, jobs=1, **hosts)
+    return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
 def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None = None) -> dict[int, float]:
@@ -705,6 +863,29 @@ def _tail_load_line(frame) -> list[str]:
     return [f"- outside load over each profiling run's untraced steps (the correction's and the PS CPU bound's "
             f"measurement; profiled again once above {OUTSIDE_LOAD_LIMIT_CORES:g} cores): at most {tails.max():.2f} "
             "cores"]
+
+
+def _one_worker_tail_lines(frame) -> list[str]:
+    """results.md's lines on the one-worker runs each setting's correction and PS CPU bound took,
+    and on what its profiling run's tail alone would have predicted (none for rows without tail
+    runs)."""
+    if "profile_tails" not in frame:
+        return []
+    lines = []
+    for setting, group in frame.groupby("setting", sort=False):
+        first = group.iloc[0]
+        if not first["profile_tails"] or first["profile_tails"] < 2:
+            continue
+        steps_ms = [float(x) * 1e3 for x in str(first["profile_tail_steps_s"]).split()]
+        one_tail, pooled = group["error_grpc_one_tail"].abs(), group["error_grpc"].abs()
+        lines.append(f"- {setting}: the one-worker step over {int(first['profile_tails'])} runs, {steps_ms[0]:.1f} ms "
+                     f"in the profiling run's tail, then {', '.join(f'{x:.1f}' for x in steps_ms[1:])} ms in the "
+                     f"rounds' tail runs (mean {first['profile_tail_step_s'] * 1e3:.1f} ms, computation scale "
+                     f"{first['computation_scale']:.3f}); the profiling run's tail alone (scale "
+                     f"{first['computation_scale_one_tail']:.3f}) gives grpc a mean |error| of "
+                     f"{one_tail.mean() * 100:.1f}% (max {one_tail.max() * 100:.1f}%) against "
+                     f"{pooled.mean() * 100:.1f}% (max {pooled.max() * 100:.1f}%)")
+    return lines
 
 
 def _met(ok: bool) -> str:
@@ -851,7 +1032,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"- outside load (CPU the lab did not cause, per run): at most {frame['outside_load_cores'].max():.2f} "
         f"cores; {len(loaded)} point(s) with a run above {OUTSIDE_LOAD_LIMIT_CORES:g} cores "
         f"({int(frame['reruns'].sum())} run(s) measured again because of it)",
-        *_tail_load_line(frame),
+        *_tail_load_line(frame), *_one_worker_tail_lines(frame),
         *(f"- {name}: {transport}" for name, transport in
           frame.groupby("setting", sort=False)["transport"].first().items()),
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
