@@ -34,8 +34,10 @@ def register(sub) -> None:
         "lab", help="measure real W-worker throughput on emulated clusters and the prediction error",
         description="Build emulated clusters on this machine (one network namespace and one cgroup per task, "
                     "tbf-shaped links), profile each setting with 1 worker (capture + iperf3), calibrate, "
-                    "predict W = 1..K for the same hosts, measure the real job with W = 1..K workers (each point "
-                    "--repeat times on a fresh cluster), and write results.csv, results.md and plots. Needs root "
+                    "measure the real job with W = 1..K workers (each point --repeat times on a fresh cluster, in "
+                    "rounds, each round beginning with one more untraced one-worker run for the one-worker "
+                    "correction), predict W = 1..K for the same hosts, and write results.csv, results.md and "
+                    "plots. Needs root "
                     "and TensorFlow. Namespaces and cgroups are always removed; --cleanup removes any that a "
                     "killed run left behind.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -50,7 +52,7 @@ def register(sub) -> None:
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
                            "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, placement, api, packet, "
-                           "cpu_period_ms)")
+                           "cpu_period_ms, tail_runs)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
