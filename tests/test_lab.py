@@ -105,8 +105,21 @@ def test_quick_preset_end_to_end(tmp_path):
         traced = [s["traced"] for s in csv.DictReader(handle) if s["measured"] == "1"]
     half = len(traced) // 2
     assert traced == ["1"] * half + ["0"] * (len(traced) - half)
+    from calibration.pscpu import ps_cpu_record
+
+    profiling = tmp_path / "tiny-100mbit" / "profile-run"
+    own = ps_cpu_record(profiling, json.loads((profiling / "run.json").read_text()))
+    assert own["steps"] == len(traced) - half and "as the trace ended" in own["source"]
+    # Each of the 2 rounds began with an untraced one-worker tail run: the correction and the PS
+    # CPU bound took the mean over those and the profiling run's tail.
     ps_cpu = json.loads((tmp_path / "tiny-100mbit" / "CLUSTER.json").read_text())["ps_cpu"]
-    assert ps_cpu["steps"] == len(traced) - half and "as the trace ended" in ps_cpu["source"]
+    assert ps_cpu["runs"] == 3 and ps_cpu["cpu_s_per_step_runs"][0] == pytest.approx(own["cpu_s_per_step"])
+    assert ps_cpu["cpu_s_per_step"] == pytest.approx(sum(ps_cpu["cpu_s_per_step_runs"]) / 3)
+    assert all(int(row["profile_tails"]) == 3 for row in rows)
+    for k in (1, 2):
+        with open(tmp_path / "tiny-100mbit" / f"profile-tail-r{k}" / "step_times.csv") as handle:
+            assert [s["traced"] for s in csv.DictReader(handle) if s["measured"] == "1"][1:] == ["0"] * 15
+    assert "the profiling run's tail alone" in (tmp_path / "results.md").read_text()
     assert set(list_namespaces()) == before
     from tfsim.lab.cgroups import PREFIX, find_hierarchy
 

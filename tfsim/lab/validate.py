@@ -712,16 +712,17 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                               progress=progress, fork_servers=fork_servers, tail_runs=setting.tail_runs)
     points = measured.points
     tails = one_worker_tails(out_dir)
-    tail_outside = max([tail_outside, *measured.tail_loads], key=lambda x: -1.0 if math.isnan(x) else x)
+    loads = [x for x in (tail_outside, *measured.tail_loads) if not math.isnan(x)]
+    tail_outside = max(loads) if loads else math.nan
     one_tail_scale, one_tail = math.nan, {}
     if len(tails.step_s) > 1 and tails.profiling_step_s is not None:
         # What the profiling run's tail alone (a user's one profile) predicts: the part of the
         # error that the machine's speed during that one run accounts for.
-        one_tail_scale = _fitted_scale(traced_profile, load_cluster(out_dir / "CLUSTER.json"),
-                                       tails.profiling_step_s, hosts, predict_steps)
-        one_tail = _grpc_predictions(scale_computation(traced_profile, one_tail_scale),
-                                     load_cluster(out_dir / "CLUSTER.json"), setting.workers, hosts=hosts,
-                                     servers=servers, steps=predict_steps)
+        profiling_cluster = load_cluster(out_dir / "CLUSTER.json")
+        one_tail_scale = _fitted_scale(traced_profile, profiling_cluster, tails.profiling_step_s, hosts,
+                                       predict_steps)
+        one_tail = _grpc_predictions(scale_computation(traced_profile, one_tail_scale), profiling_cluster,
+                                     setting.workers, hosts=hosts, servers=servers, steps=predict_steps)
         document = pooled_ps_cpu(document, tails)
         save_cluster(document, out_dir / "CLUSTER.json")
     cluster = load_cluster(out_dir / "CLUSTER.json")
@@ -874,8 +875,8 @@ def _one_worker_tail_lines(frame) -> list[str]:
     lines = []
     for setting, group in frame.groupby("setting", sort=False):
         first = group.iloc[0]
-        if not first["profile_tails"] or first["profile_tails"] < 2:
-            continue
+        if not first["profile_tails"] >= 2 or math.isnan(first["computation_scale_one_tail"]):
+            continue  # no tail runs, or a profiling run without a tail of its own
         steps_ms = [float(x) * 1e3 for x in str(first["profile_tail_steps_s"]).split()]
         one_tail, pooled = group["error_grpc_one_tail"].abs(), group["error_grpc"].abs()
         lines.append(f"- {setting}: the one-worker step over {int(first['profile_tails'])} runs, {steps_ms[0]:.1f} ms "
