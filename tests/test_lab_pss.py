@@ -115,5 +115,12 @@ def test_tf2_pss_lab_end_to_end(tmp_path):
     assert len(readings) == 3 and readings[-1] - readings[-2] == 6
     cluster = json.loads((tmp_path / "tiny-100mbit" / "CLUSTER.json").read_text())
     assert cluster["ps_cpu"]["steps"] == 6 and cluster["ps_cpu"]["cpu_s_per_step"] > 0
+    # The round began with a one-worker tail run, untraced like a measuring run: the correction and
+    # the PS CPU bound took it with the profiling run's tail.
+    tail = json.loads((tmp_path / "tiny-100mbit" / "profile-tail-r1" / "run.json").read_text())
+    assert tail["config"]["workers"] == 1 and tail["config"]["traced_steps"] == 0
+    with open(tmp_path / "results.csv") as handle:
+        assert [int(r["profile_tails"]) for r in csv.DictReader(handle)] == [2, 2]
+    assert cluster["ps_cpu"]["runs"] == 2
     assert "| tiny-100mbit | tf2-pss |" in (tmp_path / "results.md").read_text()
     assert set(list_namespaces()) == before
