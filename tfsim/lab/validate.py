@@ -472,17 +472,34 @@ def _tail_run(setting: LabSetting, out_dir: Path, k: int, *, rerun_loaded: bool,
     cores. This machine's speed wanders by up to 30% over minutes (a quota-bound one-worker
     step, and a fixed loop timed beside it: bench/results/tail-runs-2026-11-28), so one
     profiling tail is one draw of it; a tail per round gives the correction the points' mean."""
-    for attempt in range(2 if rerun_loaded else 1):
-        lab_run = _collect(setting, out_dir / f"{TAIL_RUN_PREFIX}{k + 1}", workers=1, steps=setting.measure_steps,
-                           capture=False, progress=progress, fork_servers=fork_servers, profile_side=True)
-        if not lab_run.load.flagged:
-            break
-        if rerun_loaded and attempt == 0:
-            _say(f"[{setting.name}] tail run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside load: "
-                 "measuring again")
-    shutil.rmtree(lab_run.run_dir / "trace", ignore_errors=True)
-    shutil.rmtree(lab_run.run_dir / "logs", ignore_errors=True)
+    lab_run, _ = _collect_unloaded(setting, out_dir / f"{TAIL_RUN_PREFIX}{k + 1}", f"tail run {k + 1}",
+                                   rerun_loaded=rerun_loaded, workers=1, progress=progress,
+                                   fork_servers=fork_servers, profile_side=True)
+    _drop_leftovers(lab_run.run_dir)
     return lab_run.load.outside_cores
+
+
+def _collect_unloaded(setting: LabSetting, out: Path, label: str, *, rerun_loaded: bool, workers: int,
+                      progress: bool, fork_servers: ForkServers | None, profile_side: bool = False
+                      ) -> tuple[LabRun, int]:
+    """One uncaptured run of ``measure_steps`` into ``out``, run again once (``rerun_loaded``)
+    when it carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of outside load. Returns the run
+    kept and how many times it was run again."""
+    reruns = 0
+    for attempt in range(2 if rerun_loaded else 1):
+        lab_run = _collect(setting, out, workers=workers, steps=setting.measure_steps, capture=False,
+                           progress=progress, fork_servers=fork_servers, profile_side=profile_side)
+        if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
+            break
+        reruns += 1
+        _say(f"[{setting.name}] {label}: {lab_run.load.outside_cores:.2f} cores of outside load: measuring again")
+    return lab_run, reruns
+
+
+def _drop_leftovers(run_dir: Path) -> None:
+    """A measured run's one traced step and its logs, once read: the profile has the traces."""
+    shutil.rmtree(run_dir / "trace", ignore_errors=True)
+    shutil.rmtree(run_dir / "logs", ignore_errors=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -553,19 +570,12 @@ def pooled_ps_cpu(document: dict, tails: OneWorkerTails) -> dict:
 def _measure_run(setting: LabSetting, out_dir: Path, workers: int, k: int, *, rerun_loaded: bool, progress: bool,
                  fork_servers: ForkServers | None) -> dict:
     """Run ``k`` (from 0) of the point with ``workers`` workers: ``measure-w<W>-r<k+1>`` and its lab.json."""
-    reruns = 0
-    for attempt in range(2 if rerun_loaded else 1):
-        measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
-        lab_run = _collect(setting, measure_dir, workers=workers, steps=setting.measure_steps, capture=False,
-                           progress=progress, fork_servers=fork_servers)
-        if not lab_run.load.flagged or attempt == 1 or not rerun_loaded:
-            break
-        reruns += 1
-        _say(f"[{setting.name}] W = {workers}, run {k + 1}: {lab_run.load.outside_cores:.2f} cores of outside "
-             "load: measuring again")
+    measure_dir = out_dir / f"measure-w{workers}-r{k + 1}"
+    lab_run, reruns = _collect_unloaded(setting, measure_dir, f"W = {workers}, run {k + 1}",
+                                        rerun_loaded=rerun_loaded, workers=workers, progress=progress,
+                                        fork_servers=fork_servers)
     measured = measured_throughput(lab_run.run_dir)
-    shutil.rmtree(measure_dir / "trace", ignore_errors=True)  # one traced step each: the profile has them
-    shutil.rmtree(measure_dir / "logs", ignore_errors=True)
+    _drop_leftovers(measure_dir)
     transport = transport_summary(lab_run, lab_run.run_dir)
     window_cpu = window_usage(lab_run.cpu_samples, *measured["window_unix_s"])
     write_json(measure_dir / "lab.json", {
