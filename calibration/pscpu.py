@@ -148,3 +148,107 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
             "busy_fraction": total / (len(servers) * min(cores) * seconds / steps),
             "source": "task_cpu.csv: the PS tasks' CPU between " + (
                 "the reading as the trace ended" if untraced else "the first") + " and the last measured step"}
+
+
+def _worker_steps_between(run_dir: Path, start_unix_s: float, end_unix_s: float) -> tuple[int, int]:
+    """How many steps of any worker ended between two readings, and how many workers the run
+    had, from ``step_times.csv`` (every step of every worker, docs/formats.md §2.3)."""
+    path = run_dir / "step_times.csv"
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            rows = [(row["worker"], float(row["start_unix_s"]) + float(row["wall_s"]))
+                    for row in csv.DictReader(handle)]
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        raise InputError(path, f"is not a step time table: {err}") from None
+    return sum(start_unix_s < end <= end_unix_s for _, end in rows), len({worker for worker, _ in rows})
+
+
+def busy_ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict:
+    """CLUSTER.json's ``ps_cpu.busy`` entry for a run with several workers (docs/calibration.md
+    §4.8): the PS tasks' CPU per step of any worker between the run's readings
+    (:func:`_span`), the steps counted in ``step_times.csv``.
+
+    A busy PS serves several requests per wake-up, so a worker-step costs it less than a lone
+    worker's step did; a one-worker run cannot show how much less. The record:
+    ``workers``, ``cpu_s_per_step``, ``worker_steps`` (counted between the readings),
+    ``busy_fraction`` (the PS tasks' CPU over their cores and that time) and ``source``.
+
+    Raises
+    ------
+    InputError
+        The run has one worker, no CPU readings (collected with ``--role``, or before they
+        existed), no PS task, or fewer than MIN_STEPS worker-steps between them.
+    """
+    run_dir = Path(run_dir)
+    readings = _readings(run_dir, run)
+    if readings is None:
+        raise InputError(run_dir / "run.json", "has no task CPU readings (task_cpu.csv): collect the busy-PS run "
+                                               "without a role, as the one-worker run was")
+    servers = sorted(task for task in readings if task.startswith(PS_PREFIX))
+    if not servers:
+        raise InputError(run_dir / "task_cpu.csv", "reads no PS task")
+    (_, first_s, _), (_, last_s, _) = _span(readings[servers[0]])
+    steps, workers = _worker_steps_between(run_dir, first_s, last_s)
+    if workers < 2:
+        raise InputError(run_dir / "step_times.csv", f"has {workers} worker(s): a busy-PS run has at least 2")
+    if steps < MIN_STEPS * workers:
+        raise InputError(run_dir / "step_times.csv", f"has {steps} worker-steps between the CPU readings, fewer "
+                                                     f"than {MIN_STEPS * workers}")
+    spans = [_span(readings[task]) for task in servers]
+    cpu_s = sum(last_cpu - first_cpu for (_, _, first_cpu), (_, _, last_cpu) in spans)
+    limits = run["task_cpu"].get("limits") or {}
+    cores = [float(limits[t]["cores"]) for t in servers
+             if isinstance(limits.get(t), dict) and isinstance(limits[t].get("cores"), (int, float))]
+    if cpu_s <= 0:
+        raise InputError(run_dir / "task_cpu.csv", "reads no PS CPU time between its readings")
+    return {"workers": workers, "cpu_s_per_step": cpu_s / steps, "worker_steps": steps,
+            "busy_fraction": cpu_s / (len(servers) * min(cores) * (last_s - first_s)) if len(cores) == len(servers)
+            else None,
+            "source": f"task_cpu.csv and step_times.csv of a run with {workers} workers: the PS tasks' CPU per "
+                      "step of any worker between the readings"}
+
+
+RUN_JSON_LIMIT_BYTES = 16 * 2**20  # a run.json is a few kB; more is not one
+
+
+def read_busy_ps_run(run_dir: str | os.PathLike) -> dict:
+    """:func:`busy_ps_cpu_record` of a run directory, its ``run.json`` read here.
+
+    Raises
+    ------
+    InputError
+        ``run.json`` is missing or not JSON, or the run is not a busy-PS run
+        (:func:`busy_ps_cpu_record`).
+    """
+    import json
+
+    from tfbase.fileio import read_input
+
+    path = Path(run_dir) / "run.json"
+    try:
+        run = json.loads(read_input(path, limit=RUN_JSON_LIMIT_BYTES, what="run.json"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(path, f"is not JSON: {err}") from None
+    if not isinstance(run, dict):
+        raise InputError(path, "is not a run record (a JSON object)")
+    return busy_ps_cpu_record(run_dir, run)
+
+
+def with_busy_runs(ps_cpu: dict, records: list[dict]) -> dict:
+    """CLUSTER.json's ``ps_cpu`` with its ``busy`` list made from :func:`busy_ps_cpu_record`
+    ``records``: per worker count, the mean CPU per worker-step over its runs (each run weighing
+    alike, as the one-worker runs do) and each run's value (docs/formats.md §3).
+
+    Examples
+    --------
+    >>> busy = with_busy_runs({"cpu_s_per_step": 0.027, "cores": 0.25}, [
+    ...     {"workers": 4, "cpu_s_per_step": 0.020}, {"workers": 4, "cpu_s_per_step": 0.023}])["busy"]
+    >>> busy
+    [{'workers': 4, 'cpu_s_per_step': 0.0215, 'runs': 2, 'cpu_s_per_step_runs': [0.02, 0.023]}]
+    """
+    by_workers: dict[int, list[float]] = defaultdict(list)
+    for record in records:
+        by_workers[record["workers"]].append(record["cpu_s_per_step"])
+    return {**ps_cpu, "busy": [
+        {"workers": workers, "cpu_s_per_step": sum(values) / len(values), "runs": len(values),
+         "cpu_s_per_step_runs": values} for workers, values in sorted(by_workers.items())]}

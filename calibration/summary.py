@@ -39,6 +39,12 @@ def format_calibration(document: dict) -> str:
         lines.append(f"overhead placement: {document['overhead_placement']} (one-worker step time vs the traced "
                      f"{check['traced_makespan_median_s'] * 1e3:.1f} ms: {errs})")
     lines.append(f"default transfer model: {document['default_transfer']}")
+    ps_cpu = document.get("ps_cpu")
+    if ps_cpu:
+        busy = "".join(f"; {x['cpu_s_per_step'] * 1e3:.2f} ms with {x['workers']} workers ({x['runs']} run(s))"
+                         for x in ps_cpu.get("busy", []))
+        lines.append(f"PS CPU per worker-step: {ps_cpu['cpu_s_per_step'] * 1e3:.2f} ms with one worker{busy}, on "
+                     f"{ps_cpu['cores']:g} core(s) per PS task")
     loss = (document.get("capture_loss") or {}).get("by_direction") or {}
     damaged = {d: v for d, v in loss.items()
                if v.get("lost_bytes") or v.get("skipped_bytes") or v.get("streams_excluded")}

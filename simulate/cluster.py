@@ -244,19 +244,48 @@ class LinkShaper:
 
 
 @dataclasses.dataclass(frozen=True)
+class BusyPsCpu:
+    """The parameter servers' CPU per worker-step as a run with several workers measured it
+    (docs/model.md §4.7): a busy PS serves more than one request per wake-up, so a step costs
+    it less than a lone worker's did (the lab's deep_narrow: 27.0 ms with one worker, 21.5 ms
+    with two, 20-21 ms with three to six).
+
+    Attributes:
+        workers: the workers the run had (at least 2).
+        cpu_s_per_step: every PS task's CPU together per step of any worker.
+    """
+
+    workers: int
+    cpu_s_per_step: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 2:
+            raise UsageError("busy.workers", f"a busy-PS run has at least 2 workers, not {self.workers!r}")
+        value = _number(self.cpu_s_per_step, "busy.cpu_s_per_step")
+        if not (value > 0 and math.isfinite(value)):
+            raise UsageError("busy.cpu_s_per_step", f"must be positive and finite, not {value}")
+        object.__setattr__(self, "cpu_s_per_step", value)
+
+
+@dataclasses.dataclass(frozen=True)
 class PsCpu:
-    """The parameter servers' CPU, as the one-worker run measured it (docs/model.md §4.7).
+    """The parameter servers' CPU, as the one-worker run measured it, and as runs with several
+    workers measured it where there were such runs (docs/model.md §4.7).
 
     Attributes:
         cpu_s_per_step: the CPU time every PS task together spent per measured step of the one
             worker: its ops, and the gRPC, serialisation and copying that no trace shows.
         cores: the CPU a PS task may use (its affinity, bounded by its cgroup's quota).
         servers: the PS tasks the run had.
+        busy: the CPU per worker-step that runs with more workers measured
+            (:class:`BusyPsCpu`, at most one per worker count); empty: the one worker's
+            CPU per step holds for every W.
     """
 
     cpu_s_per_step: float
     cores: float
     servers: int = 1
+    busy: tuple[BusyPsCpu, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("cpu_s_per_step", "cores"):
@@ -266,11 +295,41 @@ class PsCpu:
             object.__setattr__(self, name, value)
         if isinstance(self.servers, bool) or not isinstance(self.servers, int) or self.servers < 1:
             raise UsageError("servers", f"the PS tasks must be a whole number from 1, not {self.servers!r}")
+        busy = tuple(self.busy)
+        if not all(isinstance(x, BusyPsCpu) for x in busy):
+            raise UsageError("busy", "must hold BusyPsCpu records")
+        counts = [x.workers for x in busy]
+        if len(set(counts)) != len(counts):
+            raise UsageError("busy", f"holds one record per worker count, not {sorted(counts)}")
+        object.__setattr__(self, "busy", tuple(sorted(busy, key=lambda x: x.workers)))
 
-    def ceiling_steps_per_s(self, servers: int, compute_scale: float = 1.0) -> float:
-        """The most worker-steps per second ``servers`` PS hosts of these ``cores`` can serve,
-        each step's CPU spread evenly over them and scaled by ``compute_scale`` (a what-if on
-        the PS's speed, docs/model.md §11.1).
+    def cpu_s_per_step_at(self, workers: int) -> float:
+        """The PS CPU per worker-step with ``workers`` workers: the measured value at a measured
+        W; between two measured W, linear in 1/W (a cost per PS wake-up shared by the workers
+        whose requests it serves reads so); past the most workers measured, that run's value.
+        Without busy-PS runs, the one worker's value for every W.
+
+        Examples
+        --------
+        >>> cpu = PsCpu(0.027, 0.25, busy=(BusyPsCpu(4, 0.021),))
+        >>> [round(cpu.cpu_s_per_step_at(w) * 1e3, 2) for w in (1, 2, 4, 8)]
+        [27.0, 23.0, 21.0, 21.0]
+        >>> PsCpu(0.027, 0.25).cpu_s_per_step_at(8)
+        0.027
+        """
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise UsageError("workers", f"must be a whole number from 1, not {workers!r}")
+        points = [(1, self.cpu_s_per_step), *((x.workers, x.cpu_s_per_step) for x in self.busy)]
+        for (w0, c0), (w1, c1) in zip(points, points[1:]):
+            if workers <= w1:
+                share = (1 / w0 - 1 / workers) / (1 / w0 - 1 / w1)
+                return c0 + (c1 - c0) * share
+        return points[-1][1]
+
+    def ceiling_steps_per_s(self, servers: int, compute_scale: float = 1.0, workers: int = 1) -> float:
+        """The most worker-steps per second ``servers`` PS hosts of these ``cores`` can serve
+        ``workers`` workers, each step's CPU (:meth:`cpu_s_per_step_at`) spread evenly over
+        them and scaled by ``compute_scale`` (a what-if on the PS's speed, docs/model.md §11.1).
 
         Examples
         --------
@@ -278,8 +337,10 @@ class PsCpu:
         31.25
         >>> PsCpu(cpu_s_per_step=0.008, cores=0.25).ceiling_steps_per_s(servers=2, compute_scale=0.5)
         125.0
+        >>> PsCpu(0.008, 0.25, busy=(BusyPsCpu(2, 0.005),)).ceiling_steps_per_s(servers=1, workers=3)
+        50.0
         """
-        return servers * self.cores / (self.cpu_s_per_step * compute_scale)
+        return servers * self.cores / (self.cpu_s_per_step_at(workers) * compute_scale)
 
 
 class OverheadPlacement(enum.Enum):

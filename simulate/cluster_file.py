@@ -21,6 +21,7 @@ from pathlib import Path
 
 from simulate.cluster import (
     MAX_HOST_CORES,
+    BusyPsCpu,
     ClusterModel,
     FlowControl,
     LinkShaper,
@@ -217,7 +218,26 @@ def _ps_cpu(source, data) -> PsCpu | None:
     if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
         raise ClusterFormatError(source, f"ps_cpu.servers must be a whole number from 1, not {servers!r:.40}")
     return PsCpu(_number(source, data, "cpu_s_per_step", low=1e-9, high=MAX_DELAY_S, where="ps_cpu"),
-                 _number(source, data, "cores", low=1e-3, high=1e6, where="ps_cpu"), servers)
+                 _number(source, data, "cores", low=1e-3, high=1e6, where="ps_cpu"), servers,
+                 _busy_ps_cpu(source, data.get("busy", [])))
+
+
+def _busy_ps_cpu(source, data) -> tuple[BusyPsCpu, ...]:
+    """``ps_cpu.busy`` of CLUSTER.json (docs/formats.md §3): the CPU per worker-step of runs
+    with several workers; absent: none."""
+    if not isinstance(data, list):
+        raise ClusterFormatError(source, "ps_cpu.busy must be a list of objects with workers and cpu_s_per_step")
+    records = []
+    for entry in data:
+        workers = entry.get("workers") if isinstance(entry, dict) else None
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
+            raise ClusterFormatError(source, "every ps_cpu.busy entry needs workers, a whole number from 2, "
+                                             f"not {workers!r:.40}")
+        records.append(BusyPsCpu(workers, _number(source, entry, "cpu_s_per_step", low=1e-9, high=MAX_DELAY_S,
+                                                    where="ps_cpu.busy")))
+    if len({r.workers for r in records}) != len(records):
+        raise ClusterFormatError(source, "ps_cpu.busy has two entries for one worker count")
+    return tuple(records)
 
 
 def _hosts(source, data) -> tuple[float, float] | None:

@@ -330,7 +330,7 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
             halves = (summary.first_half_eps, summary.second_half_eps)
         # Adaptive stopping: double the steps until the interval is tight enough and, with
         # settle, the run's two halves agree (docs/model.md §5.8), or the cap.
-        limit = ps_cpu_limit_eps(profile, cluster, graph.n_servers, scenario.mode)
+        limit = ps_cpu_limit_eps(profile, cluster, graph.n_servers, scenario.mode, scenario.workers)
         # Each half is held to the PS CPU bound too: a run that drifts above it is settled there.
         run_drift = drift(*(min(h, limit) if math.isfinite(limit) else h for h in halves))
         tight = target is None or ci <= target * thr
@@ -358,13 +358,14 @@ def _one_replica(profile: Profile, cluster: ClusterModel, scenario: Scenario, op
     }
 
 
-def ps_cpu_limit_eps(profile: Profile, cluster: ClusterModel, servers: int, mode: Mode) -> float:
-    """The examples per second the parameter servers' CPU allows (docs/model.md §4.7): NaN
-    without a measured :class:`~simulate.cluster.PsCpu` or without servers (all-reduce)."""
+def ps_cpu_limit_eps(profile: Profile, cluster: ClusterModel, servers: int, mode: Mode, workers: int = 1) -> float:
+    """The examples per second the parameter servers' CPU allows ``workers`` workers
+    (docs/model.md §4.7): NaN without a measured :class:`~simulate.cluster.PsCpu` or without
+    servers (all-reduce)."""
     if cluster.ps_cpu is None or mode is Mode.ALLREDUCE:
         return math.nan
     scale = float((profile.meta.get("what_if") or {}).get("ps_compute_scale", 1.0))
-    return cluster.ps_cpu.ceiling_steps_per_s(max(servers, 1), scale) * profile.batch_size
+    return cluster.ps_cpu.ceiling_steps_per_s(max(servers, 1), scale, workers) * profile.batch_size
 
 
 def _batch_task(shared, item) -> dict:

@@ -120,6 +120,24 @@ def test_quick_preset_end_to_end(tmp_path):
         with open(tmp_path / "tiny-100mbit" / f"profile-tail-r{k}" / "step_times.csv") as handle:
             assert [s["traced"] for s in csv.DictReader(handle) if s["measured"] == "1"][1:] == ["0"] * 15
     assert "the profiling run's tail alone" in (tmp_path / "results.md").read_text()
+    # Each round also ran the profiling cluster with 2 workers (busy_ps_workers 3, held to the
+    # largest W), untraced: each W's PS CPU bound took the CPU per step that W costs.
+    busy = ps_cpu["busy"]
+    assert [b["workers"] for b in busy] == [2] and busy[0]["runs"] == 2
+    assert busy[0]["cpu_s_per_step"] == pytest.approx(sum(busy[0]["cpu_s_per_step_runs"]) / 2)
+    for k in (1, 2):
+        with open(tmp_path / "tiny-100mbit" / f"profile-busy-r{k}" / "step_times.csv") as handle:
+            steps = list(csv.DictReader(handle))
+        assert {s["worker"] for s in steps} == {"0", "1"} and not (tmp_path / "tiny-100mbit" / f"profile-busy-r{k}"
+                                                                   / "trace").exists()
+    cpu = {1: ps_cpu["cpu_s_per_step"], 2: busy[0]["cpu_s_per_step"]}
+    for row in rows:
+        w = int(row["workers"])
+        assert int(row["busy_ps_runs"]) == 2 and float(row["busy_ps_workers"]) == 2
+        assert float(row["ps_cpu_limit_eps"]) == pytest.approx(32 * ps_cpu["cores"] / cpu[w], rel=1e-4)
+    one = next(row for row in rows if row["workers"] == "1")  # one worker: the one-worker CPU either way
+    assert float(one["predicted_grpc_one_worker_cpu_eps"]) == pytest.approx(float(one["predicted_grpc_eps"]))
+    assert "busy-PS run(s)" in (tmp_path / "results.md").read_text()
     assert set(list_namespaces()) == before
     from tfsim.lab.cgroups import PREFIX, find_hierarchy
 

@@ -107,12 +107,17 @@ def ps_cpu_fields(frame, cluster) -> dict | None:
         return None
     held = frame[frame["throughput_eps"] >= frame["ps_cpu_limit_eps"] * (1 - 1e-12)]
     first = int(held["workers"].min()) if not held.empty else None
-    bound = float(limits.min())
-    text = (f"the parameter servers' CPU ({cluster.ps_cpu.cpu_s_per_step * 1e3:.2f} ms per worker-step on "
-            f"{cluster.ps_cpu.cores:g} core(s) each) allows at most {bound:,.1f} ex/s"
+    # With busy-PS runs a step costs the PS less as workers are added: the most any row's W allows.
+    bound = float(limits.max())
+    busy = cluster.ps_cpu.busy
+    measured = "".join(f", {x.cpu_s_per_step * 1e3:.2f} ms with {x.workers} workers" for x in busy)
+    text = (f"the parameter servers' CPU ({cluster.ps_cpu.cpu_s_per_step * 1e3:.2f} ms per worker-step"
+            f"{' with one worker' + measured if busy else ''} on {cluster.ps_cpu.cores:g} core(s) each) "
+            f"allows at most {bound:,.1f} ex/s"
             + (f": it holds the prediction from W = {first} on" if first is not None else ", above every row")
             + " (docs/model.md §4.7)")
     return {"cpu_s_per_step": cluster.ps_cpu.cpu_s_per_step, "cores": cluster.ps_cpu.cores,
+            "busy": [{"workers": x.workers, "cpu_s_per_step": x.cpu_s_per_step} for x in busy],
             "limit_eps": bound, "limited_from_workers": first, "text": text}
 
 

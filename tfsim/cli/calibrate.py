@@ -35,6 +35,11 @@ def register(sub) -> None:
     p.add_argument("--allow-above-ceiling", action="store_true",
                    help="calibrate although a measured rate (the capture's busy rate, iperf3's) is above what TCP "
                         "payload can carry on the link; CLUSTER.json records it")
+    p.add_argument("--busy-ps-run", type=Path, action="append", default=[], metavar="DIR",
+                   help="a run of the same job on the same cluster with several workers (tfsim collect --workers N, "
+                        "no capture needed; repeatable): its PS CPU per worker-step, which falls as a busy PS serves "
+                        "several requests per wake-up, bounds the predictions past the PS's saturation "
+                        "(CLUSTER.json ps_cpu.busy)")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
     p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
     p.set_defaults(handler=run)
@@ -44,6 +49,7 @@ def run(args) -> int:
     from calibration.calibrate import calibrate_run
     from calibration.capture_loss import MAX_LOSS_FRACTION, CaptureLossError
     from calibration.ceiling import RateAboveCeilingError
+    from calibration.pscpu import read_busy_ps_run, with_busy_runs
     from calibration.summary import format_calibration
     from simulate.cluster_file import save_cluster
     from tfbase.errors import UsageError
@@ -62,6 +68,7 @@ def run(args) -> int:
         if args.json and outputs.to_stdout:
             raise UsageError("--json", "prints the cluster on standard output, which -o - already writes to")
         console.text_to_stderr = outputs.to_stdout
+        busy = [read_busy_ps_run(d) for d in args.busy_ps_run]  # before the long fit: a bad one fails fast
         try:
             calibration = calibrate_run(args.run_dir, backend=args.backend, allow_loss=args.allow_loss,
                                         link_rate_Bps=link_rate, allow_above_ceiling=args.allow_above_ceiling,
@@ -75,6 +82,11 @@ def run(args) -> int:
                                         "--link-rate gives it), or accept it with --allow-above-ceiling",
                                         exc.direction, exc.what, exc.rate_Bps, exc.ceiling_Bps, exc.finding) from None
         document = calibration.to_cluster_json()
+        if busy:
+            if "ps_cpu" not in document:
+                raise UsageError("--busy-ps-run", f"{args.run_dir} has no PS CPU readings to add a busy-PS run's to "
+                                                 "(collected with --role, or before tfsim read them)")
+            document = {**document, "ps_cpu": with_busy_runs(document["ps_cpu"], busy)}
         save_cluster(document, output)
         if plots is not None:
             from calibration.plots import overhead_figure, stream_timeline_figure

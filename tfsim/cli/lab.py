@@ -52,7 +52,7 @@ def register(sub) -> None:
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
                            "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, placement, api, packet, "
-                           "cpu_period_ms, tail_runs)")
+                           "cpu_period_ms, tail_runs, busy_ps_workers)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")

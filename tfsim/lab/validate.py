@@ -43,7 +43,7 @@ from pathlib import Path
 
 from calibration.calibrate import calibrate_run
 from calibration.plots import overhead_figure, stream_timeline_figure
-from calibration.pscpu import ps_cpu_record, untraced_window_s
+from calibration.pscpu import ps_cpu_record, read_busy_ps_run, untraced_window_s, with_busy_runs
 from simulate.cluster import overflow_onset_workers
 from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
@@ -67,6 +67,12 @@ from tfsim.lab.cpu_trace import MACHINE, window_usage
 from tfsim.lab.measure import measured_throughput
 from tfsim.lab.netns import DEFAULT_QUEUE_MS, Transport, require_lab_tools
 
+# A PS serving three workers had merged its wake-ups about as far as six workers did on the
+# lab's PS-bound jobs (CPU per worker-step, deep_narrow: 26.5 ms with one, 21.5 with two, 21.4
+# with three, 19.6-21.2 with four to six; sparse_tower 21.8, 20.4, 18.5, 16.9-17.5:
+# bench/results/tail-runs-2026-11-28). A setting's largest W caps it (its quotas are sized for that).
+DEFAULT_BUSY_PS_WORKERS = 3
+
 
 @dataclasses.dataclass(frozen=True)
 class LabSetting:
@@ -84,7 +90,9 @@ class LabSetting:
     a one-PS profile. ``packet`` also predicts every W with the packet transfer model
     (docs/model.md §12) and publishes its error beside grpc's. ``tail_runs`` measures the
     one-worker step once more in every measuring round, untraced, for the correction and the PS
-    CPU bound (:func:`one_worker_tails`).
+    CPU bound (:func:`one_worker_tails`). ``busy_ps_workers`` runs the profiling cluster with
+    that many workers once in every measuring round (at most the setting's largest W; 0: not),
+    for the PS CPU per worker-step of a busy PS (:func:`busy_ps_runs`, docs/model.md §4.7).
     """
 
     name: str
@@ -114,6 +122,7 @@ class LabSetting:
     placement: str = "round_robin"
     cpu_period_ms: float = PERIOD_US / 1e3
     tail_runs: bool = True
+    busy_ps_workers: int = DEFAULT_BUSY_PS_WORKERS
 
     def __post_init__(self) -> None:
         if self.api not in LAB_APIS:
@@ -150,10 +159,21 @@ class LabSetting:
                                        f"cores, not {value:g}")
         if not isinstance(self.tail_runs, bool):
             raise UsageError("tail_runs", f"must be true or false, not {self.tail_runs!r}")
+        if isinstance(self.busy_ps_workers, bool) or not isinstance(self.busy_ps_workers, int) \
+                or self.busy_ps_workers == 1 or self.busy_ps_workers < 0:
+            raise UsageError("busy_ps_workers", f"must be 0 (no busy-PS runs) or a worker count from 2, "
+                                                f"not {self.busy_ps_workers!r}")
         if not math.isfinite(self.cpu_period_ms):
             raise UsageError("cpu_period_ms", f"must be a number of milliseconds, not {self.cpu_period_ms}")
         if not self.colocated:
             check_period(self.period_us, min(c for c in self._quota_cores() if c is not None))
+
+    @property
+    def busy_workers(self) -> int | None:
+        """The workers of a round's busy-PS run: ``busy_ps_workers`` held to the largest W (the
+        hosts' quotas are sized for it); None for no such run."""
+        workers = min(self.busy_ps_workers, max(self.workers))
+        return workers if workers >= 2 else None
 
     @property
     def period_us(self) -> int:
@@ -263,6 +283,11 @@ PROFILE_RUN = "profile-run"
 TAIL_COLUMNS = ("profile_tails", "profile_tail_step_s", "profile_tail_steps_s", "computation_scale_one_tail",
                 "predicted_grpc_one_tail_eps", "error_grpc_one_tail")
 TAIL_RUN_PREFIX = "profile-tail-r"  # a measuring round's one-worker tail run (:func:`_tail_run`)
+BUSY_RUN_PREFIX = "profile-busy-r"  # a measuring round's busy-PS run (:func:`_busy_ps_run`)
+# The PS CPU per worker-step the busy-PS runs measured beside the one-worker runs', and what the
+# one-worker runs' alone would have predicted (docs/formats.md §10).
+BUSY_COLUMNS = ("busy_ps_workers", "busy_ps_runs", "ps_cpu_one_worker_s", "ps_cpu_busy_s", "ps_cpu_limit_eps",
+                "predicted_grpc_one_worker_cpu_eps", "error_grpc_one_worker_cpu")
 TIMELINE_COLUMNS = ("timeline_run_eps", "used_down_measured", "used_down_simulated", "used_up_measured",
                     "used_up_simulated", "busy_down_measured", "busy_down_simulated", "busy_up_measured",
                     "busy_up_simulated", "step_median_measured_s", "step_median_simulated_s")
@@ -297,7 +322,7 @@ RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profil
                   "inside_grpc", "ranges_overlap_grpc", "predicted_grpc_lockstep_eps", "error_grpc_lockstep",
                   "lin_async_eps", "cynthia_eps", "measured_step_s", "computation_scale",
                   "outside_load_cores", "loaded_runs", "reruns", "throttled_s_per_run", "ps_cores_used_in_window",
-                  "profile_tail_outside_cores", *TAIL_COLUMNS, *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
+                  "profile_tail_outside_cores", *TAIL_COLUMNS, *BUSY_COLUMNS, *TRANSPORT_COLUMNS, *OVERFLOW_COLUMNS,
                   *(f"calibration_{m}_median_error" for m in TRANSFER_MODELS), *TIMELINE_COLUMNS, *PACKET_COLUMNS)
 
 
@@ -432,36 +457,44 @@ def simulated_hosts(setting: LabSetting) -> dict:
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """What :func:`measure_points` measured: each W's point (:func:`_point`), and the outside
-    load of each round's tail run (:func:`_tail_run`), in cores, in round order."""
+    load of each round's tail run (:func:`_tail_run`) and busy-PS run (:func:`_busy_ps_run`),
+    in cores, in round order."""
 
     points: dict[int, dict]
     tail_loads: tuple[float, ...] = ()
+    busy_loads: tuple[float, ...] = ()
 
 
 def measure_points(setting: LabSetting, out_dir: Path, workers: Sequence[int], *, repeat: int,
                    rerun_loaded: bool, progress: bool, fork_servers: ForkServers | None = None,
-                   tail_runs: bool = False) -> Measured:
+                   tail_runs: bool = False, busy_workers: int | None = None) -> Measured:
     """Measure the real job ``repeat`` times for every W of ``workers``, each run on a fresh
     cluster, in rounds: round k measures every W once (W = 1 first), so that a W's runs are
     spread over the setting's time and its range holds how the machine drifted meanwhile (a
     CPU-quota-bound one-worker step moved 26-40% between lab runs minutes apart on this
     machine), and no W is measured in a slow stretch the others missed. With ``tail_runs``
     each round begins with a tail run (:func:`_tail_run`): the one-worker step the correction
-    and the PS CPU bound take is measured over the same stretch of time as the points. A run
+    and the PS CPU bound take is measured over the same stretch of time as the points; with
+    ``busy_workers`` a busy-PS run follows it (:func:`_busy_ps_run`). A run
     during which the machine carried more than :data:`OUTSIDE_LOAD_LIMIT_CORES` of load the lab
     did not cause is measured again once (``rerun_loaded``), and flagged if still loaded."""
     records: dict[int, list[dict]] = {w: [] for w in workers}
-    tail_loads = []
+    tail_loads, busy_loads = [], []
     for k in range(repeat):
         _say(f"[{setting.name}] measuring round {k + 1} of {repeat}: "
-             f"{'a one-worker tail run, then ' if tail_runs else ''}W = {', '.join(map(str, workers))}")
+             f"{'a one-worker tail run, then ' if tail_runs else ''}"
+             f"{f'a busy-PS run with {busy_workers} workers, then ' if busy_workers else ''}"
+             f"W = {', '.join(map(str, workers))}")
         if tail_runs:
             tail_loads.append(_tail_run(setting, out_dir, k, rerun_loaded=rerun_loaded, progress=progress,
                                         fork_servers=fork_servers))
+        if busy_workers:
+            busy_loads.append(_busy_ps_run(setting, out_dir, k, busy_workers, rerun_loaded=rerun_loaded,
+                                           progress=progress, fork_servers=fork_servers))
         for w in workers:
             records[w].append(_measure_run(setting, out_dir, w, k, rerun_loaded=rerun_loaded, progress=progress,
                                            fork_servers=fork_servers))
-    return Measured({w: _point(runs) for w, runs in records.items()}, tuple(tail_loads))
+    return Measured({w: _point(runs) for w, runs in records.items()}, tuple(tail_loads), tuple(busy_loads))
 
 
 def _tail_run(setting: LabSetting, out_dir: Path, k: int, *, rerun_loaded: bool, progress: bool,
@@ -477,6 +510,30 @@ def _tail_run(setting: LabSetting, out_dir: Path, k: int, *, rerun_loaded: bool,
                                    fork_servers=fork_servers, profile_side=True)
     _drop_leftovers(lab_run.run_dir)
     return lab_run.load.outside_cores
+
+
+def _busy_ps_run(setting: LabSetting, out_dir: Path, k: int, workers: int, *, rerun_loaded: bool, progress: bool,
+                 fork_servers: ForkServers | None) -> float:
+    """Round ``k``'s (from 0) busy-PS run, ``profile-busy-r<k+1>``: the profiling run's cluster
+    with ``workers`` workers, otherwise as a tail run (:func:`_tail_run`). Returns its outside
+    load in cores. A one-worker run cannot show how much cheaper a worker-step gets once the
+    PS's wake-ups serve several workers' requests; this run measures it
+    (:func:`calibration.pscpu.busy_ps_cpu_record`)."""
+    lab_run, _ = _collect_unloaded(setting, out_dir / f"{BUSY_RUN_PREFIX}{k + 1}", f"busy-PS run {k + 1}",
+                                   rerun_loaded=rerun_loaded, workers=workers, progress=progress,
+                                   fork_servers=fork_servers, profile_side=True)
+    _drop_leftovers(lab_run.run_dir)
+    return lab_run.load.outside_cores
+
+
+def busy_ps_runs(setting_dir: Path) -> list[dict]:
+    """The busy-PS records (:func:`calibration.pscpu.busy_ps_cpu_record`) of ``setting_dir``'s
+    finished ``profile-busy-r<k>`` runs, in round order (a run stopped midway keeps an
+    ``.incomplete`` name and is left out)."""
+    runs = sorted((p for p in setting_dir.glob(f"{BUSY_RUN_PREFIX}*")
+                   if p.name[len(BUSY_RUN_PREFIX):].isdigit() and (p / "run.json").is_file()),
+                  key=lambda p: int(p.name[len(BUSY_RUN_PREFIX):]))
+    return [read_busy_ps_run(run) for run in runs]
 
 
 def _collect_unloaded(setting: LabSetting, out: Path, label: str, *, rerun_loaded: bool, workers: int,
@@ -719,10 +776,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
 
     measured = measure_points(setting, out_dir, setting.workers, repeat=repeat, rerun_loaded=rerun_loaded,
-                              progress=progress, fork_servers=fork_servers, tail_runs=setting.tail_runs)
+                              progress=progress, fork_servers=fork_servers, tail_runs=setting.tail_runs,
+                              busy_workers=setting.busy_workers)
     points = measured.points
     tails = one_worker_tails(out_dir)
-    loads = [x for x in (tail_outside, *measured.tail_loads) if not math.isnan(x)]
+    loads = [x for x in (tail_outside, *measured.tail_loads, *measured.busy_loads) if not math.isnan(x)]
     tail_outside = max(loads) if loads else math.nan
     one_tail_scale, one_tail = math.nan, {}
     if len(tails.step_s) > 1 and tails.profiling_step_s is not None:
@@ -734,6 +792,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         one_tail = _grpc_predictions(scale_computation(traced_profile, one_tail_scale), profiling_cluster,
                                      setting.workers, hosts=hosts, servers=servers, steps=predict_steps)
         document = pooled_ps_cpu(document, tails)
+        save_cluster(document, out_dir / "CLUSTER.json")
+    busy = busy_ps_runs(out_dir)
+    one_worker_cluster = load_cluster(out_dir / "CLUSTER.json")
+    if busy and "ps_cpu" in document:
+        document = {**document, "ps_cpu": with_busy_runs(document["ps_cpu"], busy)}
         save_cluster(document, out_dir / "CLUSTER.json")
     cluster = load_cluster(out_dir / "CLUSTER.json")
     target = tails.mean_step_s
@@ -753,6 +816,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     base = baselines(profile, cluster, setting.workers, "async")
     packet = packet_predictions(profile, cluster, setting.workers, hosts=hosts, servers=servers) \
         if setting.packet else {}
+    # What the one-worker runs' PS CPU alone predicts, beside: the busy-PS runs' share of the error.
+    one_worker_cpu = {}
+    if cluster.ps_cpu is not None and cluster.ps_cpu.busy:
+        one_worker_cpu = _grpc_predictions(profile, one_worker_cluster, setting.workers, hosts=hosts,
+                                           servers=servers, steps=predict_steps)
     quotas = setting.quotas()
     rows = []
     for w in setting.workers:
@@ -796,6 +864,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
             "computation_scale_one_tail": one_tail_scale,
             "predicted_grpc_one_tail_eps": one_tail.get(w, math.nan),
             "error_grpc_one_tail": one_tail.get(w, math.nan) / stats["mean"] - 1,
+            **busy_columns(cluster, busy, one_worker_cpu.get(w, math.nan), float(rows_w["grpc"]["ps_cpu_limit_eps"]),
+                           stats["mean"]),
             **{c: point[c] for c in TRANSPORT_COLUMNS},
             **overflow_columns(setting, cluster, w),
             **{f"calibration_{m}_median_error": document["transfer_model_error"].get(m, {}).get("all", {}).get("median")
@@ -807,6 +877,20 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         rows[-1].update(packet_columns(packet.get(w), stats, grpc_eps=predicted["grpc"],
                                        auto_packet=auto_picks_packet(w, rows[-1]["buffer_bytes"])))
     return rows
+
+
+def busy_columns(cluster, busy: list[dict], one_worker_cpu_eps: float, limit_eps: float, measured_eps: float
+                 ) -> dict:
+    """One point's :data:`BUSY_COLUMNS`: the busy-PS runs' workers and count, the PS CPU per
+    worker-step of the one-worker runs and of the busy-PS runs (NaN without them), the point's
+    PS CPU bound, and the grpc prediction from the one-worker runs' CPU alone with its error."""
+    ps_cpu = cluster.ps_cpu
+    measured = ps_cpu.busy[-1] if ps_cpu is not None and ps_cpu.busy else None
+    return {"busy_ps_workers": measured.workers if measured else math.nan, "busy_ps_runs": len(busy),
+            "ps_cpu_one_worker_s": ps_cpu.cpu_s_per_step if ps_cpu is not None else math.nan,
+            "ps_cpu_busy_s": measured.cpu_s_per_step if measured else math.nan, "ps_cpu_limit_eps": limit_eps,
+            "predicted_grpc_one_worker_cpu_eps": one_worker_cpu_eps,
+            "error_grpc_one_worker_cpu": one_worker_cpu_eps / measured_eps - 1}
 
 
 def _fitted_scale(profile, cluster, target: float | None, hosts: dict, steps: int) -> float:
@@ -874,6 +958,31 @@ def _tail_load_line(frame) -> list[str]:
     return [f"- outside load over each profiling run's untraced steps (the correction's and the PS CPU bound's "
             f"measurement; profiled again once above {OUTSIDE_LOAD_LIMIT_CORES:g} cores): at most {tails.max():.2f} "
             "cores"]
+
+
+def _busy_ps_lines(frame) -> list[str]:
+    """results.md's lines on each setting's busy-PS runs: the PS CPU per worker-step they
+    measured beside the one-worker runs', and what the one-worker runs' CPU alone would have
+    predicted (none for rows without busy-PS runs)."""
+    if "busy_ps_runs" not in frame:
+        return []
+    lines = []
+    for setting, group in frame.groupby("setting", sort=False):
+        first = group.iloc[0]
+        if not first["busy_ps_runs"] >= 1 or math.isnan(first["ps_cpu_busy_s"]):
+            continue
+        alone, busy = group["error_grpc_one_worker_cpu"].abs(), group["error_grpc"].abs()
+        k = int(first["busy_ps_workers"])
+        # At W = k the bound takes CPU measured with k workers (in runs of their own): said apart.
+        others = group["workers"] != k
+        lines.append(f"- {setting}: the PS's CPU per worker-step {first['ps_cpu_one_worker_s'] * 1e3:.1f} ms with one "
+                     f"worker, {first['ps_cpu_busy_s'] * 1e3:.1f} ms with {k} (the mean of "
+                     f"{int(first['busy_ps_runs'])} busy-PS run(s)); with the one-worker CPU alone grpc's mean "
+                     f"|error| is {alone.mean() * 100:.1f}% (max {alone.max() * 100:.1f}%) against "
+                     f"{busy.mean() * 100:.1f}% (max {busy.max() * 100:.1f}%)"
+                     + (f"; at W other than {k}, {alone[others].mean() * 100:.1f}% against "
+                        f"{busy[others].mean() * 100:.1f}%" if others.any() else ""))
+    return lines
 
 
 def _one_worker_tail_lines(frame) -> list[str]:
@@ -1043,7 +1152,7 @@ def write_results(rows: Sequence[dict], out_dir: Path, *, preset: str, elapsed_s
         f"- outside load (CPU the lab did not cause, per run): at most {frame['outside_load_cores'].max():.2f} "
         f"cores; {len(loaded)} point(s) with a run above {OUTSIDE_LOAD_LIMIT_CORES:g} cores "
         f"({int(frame['reruns'].sum())} run(s) measured again because of it)",
-        *_tail_load_line(frame), *_one_worker_tail_lines(frame),
+        *_tail_load_line(frame), *_one_worker_tail_lines(frame), *_busy_ps_lines(frame),
         *(f"- {name}: {transport}" for name, transport in
           frame.groupby("setting", sort=False)["transport"].first().items()),
         f"- wall time of the whole run: {elapsed_s / 60:.1f} min", "",
