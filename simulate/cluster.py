@@ -304,27 +304,36 @@ class PsCpu:
         object.__setattr__(self, "busy", tuple(sorted(busy, key=lambda x: x.workers)))
 
     def cpu_s_per_step_at(self, workers: int) -> float:
-        """The PS CPU per worker-step with ``workers`` workers: the measured value at a measured
-        W; between two measured W, linear in 1/W (a cost per PS wake-up shared by the workers
-        whose requests it serves reads so); past the most workers measured, that run's value.
-        Without busy-PS runs, the one worker's value for every W.
+        """The PS CPU per worker-step with ``workers`` workers, read as ``a + b / W``: a part
+        every worker-step costs, and a part per PS wake-up that the workers whose requests one
+        wake-up serves share. Between two measured W (W = 1 and the busy-PS runs' counts) the
+        line through them, so a measured W gets its measured value; past the most workers
+        measured, the line through the last two, unless its fixed part ``a`` would be
+        negative (measurements the form does not fit): then the last measured value. Without
+        busy-PS runs, the one worker's value for every W.
 
         Examples
         --------
         >>> cpu = PsCpu(0.027, 0.25, busy=(BusyPsCpu(4, 0.021),))
         >>> [round(cpu.cpu_s_per_step_at(w) * 1e3, 2) for w in (1, 2, 4, 8)]
-        [27.0, 23.0, 21.0, 21.0]
+        [27.0, 23.0, 21.0, 20.0]
+        >>> PsCpu(0.027, 0.25, busy=(BusyPsCpu(2, 0.010),)).cpu_s_per_step_at(8)  # a = -0.007: flat
+        0.01
         >>> PsCpu(0.027, 0.25).cpu_s_per_step_at(8)
         0.027
         """
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise UsageError("workers", f"must be a whole number from 1, not {workers!r}")
         points = [(1, self.cpu_s_per_step), *((x.workers, x.cpu_s_per_step) for x in self.busy)]
-        for (w0, c0), (w1, c1) in zip(points, points[1:]):
-            if workers <= w1:
-                share = (1 / w0 - 1 / workers) / (1 / w0 - 1 / w1)
-                return c0 + (c1 - c0) * share
-        return points[-1][1]
+        if len(points) == 1:
+            return self.cpu_s_per_step
+        (w0, c0), (w1, c1) = next((pair for pair in zip(points, points[1:]) if workers <= pair[1][0]),
+                                  (points[-2], points[-1]))
+        slope = (c0 - c1) / (1 / w0 - 1 / w1)  # b of a + b / W
+        fixed = c1 - slope / w1
+        if workers > w1 and fixed < 0:
+            return c1
+        return fixed + slope / workers
 
     def ceiling_steps_per_s(self, servers: int, compute_scale: float = 1.0, workers: int = 1) -> float:
         """The most worker-steps per second ``servers`` PS hosts of these ``cores`` can serve
@@ -338,7 +347,7 @@ class PsCpu:
         >>> PsCpu(cpu_s_per_step=0.008, cores=0.25).ceiling_steps_per_s(servers=2, compute_scale=0.5)
         125.0
         >>> PsCpu(0.008, 0.25, busy=(BusyPsCpu(2, 0.005),)).ceiling_steps_per_s(servers=1, workers=3)
-        50.0
+        62.5
         """
         return servers * self.cores / (self.cpu_s_per_step_at(workers) * compute_scale)
 

@@ -71,15 +71,22 @@ def test_a_run_that_cannot_show_a_busy_ps_is_refused_naming_its_file(tmp_path):
         read_busy_ps_run(tmp_path / "missing")
 
 
-def test_the_cpu_per_step_falls_from_the_one_worker_value_to_the_busy_runs_linearly_in_one_over_w():
+def test_the_cpu_per_step_is_a_fixed_part_and_a_part_shared_by_the_workers_one_wake_up_serves():
+    """``a + b / W`` through the measured points; past the last, the last two points' line, or
+    the last value where that line's fixed part would be negative."""
     cpu = PsCpu(0.030, 0.25, busy=(BusyPsCpu(3, 0.021), BusyPsCpu(2, 0.024)))
     assert [x.workers for x in cpu.busy] == [2, 3]  # kept in worker order
     assert cpu.cpu_s_per_step_at(1) == 0.030 and cpu.cpu_s_per_step_at(2) == pytest.approx(0.024)
-    assert cpu.cpu_s_per_step_at(3) == pytest.approx(0.021) and cpu.cpu_s_per_step_at(9) == pytest.approx(0.021)
+    assert cpu.cpu_s_per_step_at(3) == pytest.approx(0.021)
+    # Past W = 3, the line through W = 2 and 3: b = 0.003 / (1/2 - 1/3) = 0.018, a = 0.021 - 0.006.
+    assert cpu.cpu_s_per_step_at(9) == pytest.approx(0.015 + 0.018 / 9)
     assert cpu.ceiling_steps_per_s(1, workers=3) == pytest.approx(0.25 / 0.021)
     one_busy = PsCpu(0.030, 0.25, busy=(BusyPsCpu(4, 0.018),))
     # Between W = 1 and 4: 1/W falls by 1/2 of its way at W = 2 (1 - 1/2 of 1 - 1/4 = 2/3).
     assert one_busy.cpu_s_per_step_at(2) == pytest.approx(0.030 - 0.012 * (1 - 1 / 2) / (1 - 1 / 4))
+    # A busy run at a sixth of the one-worker CPU: b = 0.025 / 0.75, a = 0.005 - b / 4 < 0: flat past it.
+    steep = PsCpu(0.030, 0.25, busy=(BusyPsCpu(4, 0.005),))
+    assert steep.cpu_s_per_step_at(4) == pytest.approx(0.005) and steep.cpu_s_per_step_at(16) == pytest.approx(0.005)
     with pytest.raises(UsageError, match=r"busy\.workers"):
         BusyPsCpu(1, 0.01)
     with pytest.raises(UsageError, match=r"busy\.cpu_s_per_step"):
@@ -124,10 +131,11 @@ def test_each_ws_prediction_is_held_to_the_ps_cpu_that_w_costs(tmp_path):
                           "busy": [{"workers": 3, "cpu_s_per_step": 0.7 * step_cpu}]}
     cluster = cluster_from_dict(document)
     held = predict(profile, cluster, workers=[1, 2, 4], steps=60, warmup=10)
-    bounds = [profile.batch_size / step_cpu, None, profile.batch_size / (0.7 * step_cpu)]
+    # a + b / W through W = 1 and 3: b = 0.3 c / (1 - 1/3) = 0.45 c, a = 0.7 c - 0.15 c; at W = 4 a + b / 4.
+    bounds = [profile.batch_size / step_cpu, None, profile.batch_size / ((0.55 + 0.45 / 4) * step_cpu)]
     assert held["ps_cpu_limit_eps"].iloc[0] == pytest.approx(bounds[0])
     assert held["ps_cpu_limit_eps"].iloc[2] == pytest.approx(bounds[2])
-    assert bounds[0] < held["ps_cpu_limit_eps"].iloc[1] < bounds[2]
+    assert bounds[0] < held["ps_cpu_limit_eps"].iloc[1] < profile.batch_size / (0.7 * step_cpu)
     assert held["throughput_eps"].iloc[2] == pytest.approx(min(free["throughput_eps"].iloc[2], bounds[2]))
     fields = ps_cpu_fields(held, cluster)
     assert fields["limit_eps"] == pytest.approx(held["ps_cpu_limit_eps"].max())
