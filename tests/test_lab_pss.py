@@ -122,5 +122,13 @@ def test_tf2_pss_lab_end_to_end(tmp_path):
     with open(tmp_path / "results.csv") as handle:
         assert [int(r["profile_tails"]) for r in csv.DictReader(handle)] == [2, 2]
     assert cluster["ps_cpu"]["runs"] == 2
+    # Then a busy-PS run with the setting's largest W (2), the coordinator dispatching to both:
+    # the PS's CPU per step of any worker, counted over both workers' steps.
+    busy = json.loads((tmp_path / "tiny-100mbit" / "profile-busy-r1" / "run.json").read_text())
+    assert busy["config"]["workers"] == 2 and busy["config"]["api"] == "tf2-pss"
+    with open(tmp_path / "tiny-100mbit" / "profile-busy-r1" / "step_times.csv") as handle:
+        assert {r["worker"] for r in csv.DictReader(handle)} == {"0", "1"}
+    [entry] = cluster["ps_cpu"]["busy"]
+    assert entry["workers"] == 2 and entry["runs"] == 1 and 0 < entry["cpu_s_per_step"] < 1
     assert "| tiny-100mbit | tf2-pss |" in (tmp_path / "results.md").read_text()
     assert set(list_namespaces()) == before
