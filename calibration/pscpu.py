@@ -15,11 +15,13 @@ serves.
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
 
 from tfbase.errors import InputError
+from tfbase.fileio import read_input
 
 MIN_STEPS = 3  # fewer steps between the readings give no estimate worth a bound
 PS_PREFIX = "ps"
@@ -150,17 +152,19 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
                 "the reading as the trace ended" if untraced else "the first") + " and the last measured step"}
 
 
-def _worker_steps_between(run_dir: Path, start_unix_s: float, end_unix_s: float) -> tuple[int, int]:
-    """How many steps of any worker ended between two readings, and how many workers the run
-    had, from ``step_times.csv`` (every step of every worker, docs/formats.md §2.3)."""
+def _worker_steps_between(run_dir: Path, start_unix_s: float, end_unix_s: float) -> tuple[int, int, int]:
+    """How many steps of any worker ended between two readings, how many of those were traced,
+    and how many workers the run had, from ``step_times.csv`` (every step of every worker,
+    docs/formats.md §2.3)."""
     path = run_dir / "step_times.csv"
     try:
         with open(path, newline="", encoding="utf-8") as handle:
-            rows = [(row["worker"], float(row["start_unix_s"]) + float(row["wall_s"]))
+            rows = [(row["worker"], float(row["start_unix_s"]) + float(row["wall_s"]), row["traced"] == "1")
                     for row in csv.DictReader(handle)]
     except (OSError, KeyError, ValueError, TypeError) as err:
         raise InputError(path, f"is not a step time table: {err}") from None
-    return sum(start_unix_s < end <= end_unix_s for _, end in rows), len({worker for worker, _ in rows})
+    between = [traced for _, end, traced in rows if start_unix_s < end <= end_unix_s]
+    return len(between), sum(between), len({worker for worker, _, _ in rows})
 
 
 def busy_ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict:
@@ -177,7 +181,8 @@ def busy_ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict:
     ------
     InputError
         The run has one worker, no CPU readings (collected with ``--role``, or before they
-        existed), no PS task, or fewer than MIN_STEPS worker-steps between them.
+        existed), no PS task, fewer than MIN_STEPS worker-steps between them, or traced steps
+        between them.
     """
     run_dir = Path(run_dir)
     readings = _readings(run_dir, run)
@@ -188,9 +193,14 @@ def busy_ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict:
     if not servers:
         raise InputError(run_dir / "task_cpu.csv", "reads no PS task")
     (_, first_s, _), (_, last_s, _) = _span(readings[servers[0]])
-    steps, workers = _worker_steps_between(run_dir, first_s, last_s)
+    steps, traced, workers = _worker_steps_between(run_dir, first_s, last_s)
     if workers < 2:
         raise InputError(run_dir / "step_times.csv", f"has {workers} worker(s): a busy-PS run has at least 2")
+    if traced:
+        # Recording a trace costs the PS CPU (the lab's deep_narrow: 1.43 times an untraced step's).
+        raise InputError(run_dir / "step_times.csv", f"has {traced} traced steps between the CPU readings, and "
+                                                     "a trace costs the PS CPU: collect the busy-PS run untraced "
+                                                     "(trace_every above its steps)")
     if steps < MIN_STEPS * workers:
         raise InputError(run_dir / "step_times.csv", f"has {steps} worker-steps between the CPU readings, fewer "
                                                      f"than {MIN_STEPS * workers}")
@@ -220,10 +230,6 @@ def read_busy_ps_run(run_dir: str | os.PathLike) -> dict:
         ``run.json`` is missing or not JSON, or the run is not a busy-PS run
         (:func:`busy_ps_cpu_record`).
     """
-    import json
-
-    from tfbase.fileio import read_input
-
     path = Path(run_dir) / "run.json"
     try:
         run = json.loads(read_input(path, limit=RUN_JSON_LIMIT_BYTES, what="run.json"))

@@ -239,3 +239,21 @@ def test_results_md_says_what_the_busy_ps_runs_changed_and_w_equal_k_apart():
         "- a: the PS's CPU per worker-step 26.5 ms with one worker, 21.4 ms with 3 (the mean of 3 busy-PS run(s)); "
         "with the one-worker CPU alone grpc's mean |error| is 15.7% (max 25.0%) against 2.7% (max 5.0%); at W other "
         "than 3, 11.0% against 3.5%"]
+
+
+def test_a_busy_ps_run_with_traced_steps_between_its_readings_is_refused(tmp_path):
+    """A trace costs the PS CPU: a run that traced steps while its PS was being read would charge
+    that to every worker-step."""
+    traced = tmp_path / "traced"
+    shutil.copytree(BUSY_RUN, traced)
+    with open(traced / "step_times.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        if row["worker"] == "1" and row["step"] in ("20", "40"):
+            row["traced"] = "1"
+    with open(traced / "step_times.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(InputError, match=r"traced/step_times\.csv: has 2 traced steps between the CPU readings"):
+        read_busy_ps_run(traced)

@@ -36,10 +36,10 @@ def register(sub) -> None:
                    help="calibrate although a measured rate (the capture's busy rate, iperf3's) is above what TCP "
                         "payload can carry on the link; CLUSTER.json records it")
     p.add_argument("--busy-ps-run", type=Path, action="append", default=[], metavar="DIR",
-                   help="a run of the same job on the same cluster with several workers (tfsim collect --workers N, "
-                        "no capture needed; repeatable): its PS CPU per worker-step, which falls as a busy PS serves "
-                        "several requests per wake-up, bounds the predictions past the PS's saturation "
-                        "(CLUSTER.json ps_cpu.busy)")
+                   help="a run of the same job on the same cluster with several workers, untraced (tfsim collect "
+                        "--workers N --steps S --trace-every S+1, no capture; repeatable): its PS CPU per "
+                        "worker-step, which falls as a busy PS serves several requests per wake-up, bounds the "
+                        "predictions past the PS's saturation (CLUSTER.json ps_cpu.busy)")
     p.add_argument("--plots", type=Path, metavar="DIR", help="write overhead.png and streams.png to DIR")
     p.add_argument("--json", action="store_true", help="print the CLUSTER.json object instead of a summary")
     p.set_defaults(handler=run)
