@@ -32,6 +32,13 @@ def _readings(run_dir: Path) -> dict[str, list[tuple[int, float, float]]]:
     return tasks
 
 
+def _write_step_times(run_dir: Path, rows: list[dict]) -> None:
+    with open(run_dir / "step_times.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def test_a_busy_ps_run_gives_the_ps_cpu_per_step_of_any_worker_between_its_readings():
     record = read_busy_ps_run(BUSY_RUN)
     ps = sorted(_readings(BUSY_RUN)["ps0"])
@@ -54,10 +61,7 @@ def test_a_run_that_cannot_show_a_busy_ps_is_refused_naming_its_file(tmp_path):
     shutil.copytree(BUSY_RUN, one)
     with open(one / "step_times.csv", newline="") as handle:
         rows = [r for r in csv.DictReader(handle) if r["worker"] == "0"]
-    with open(one / "step_times.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    _write_step_times(one, rows)
     with pytest.raises(InputError, match=r"one/step_times.csv: has 1 worker\(s\): a busy-PS run has at least 2"):
         read_busy_ps_run(one)
     (one / "task_cpu.csv").unlink()
@@ -251,9 +255,6 @@ def test_a_busy_ps_run_with_traced_steps_between_its_readings_is_refused(tmp_pat
     for row in rows:
         if row["worker"] == "1" and row["step"] in ("20", "40"):
             row["traced"] = "1"
-    with open(traced / "step_times.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    _write_step_times(traced, rows)
     with pytest.raises(InputError, match=r"traced/step_times\.csv: has 2 traced steps between the CPU readings"):
         read_busy_ps_run(traced)
