@@ -208,7 +208,7 @@ def test_a_settings_busy_ps_workers_are_checked_and_held_to_its_largest_w():
             LabSetting("s", "tiny", 32, 100_000_000, busy_ps_workers=bad)
 
 
-def test_the_lab_pools_its_finished_busy_ps_runs(tmp_path):
+def test_the_lab_pools_its_finished_busy_ps_runs(tmp_path, capsys):
     from tfsim.lab.validate import busy_ps_runs
 
     for name in ("profile-busy-r2", "profile-busy-r1", "profile-busy-r3.incomplete"):
@@ -223,6 +223,12 @@ def test_the_lab_pools_its_finished_busy_ps_runs(tmp_path):
     # In round order: run 2's first reading charges it 1 s less of PS CPU over its steps.
     assert records[0]["cpu_s_per_step"] - records[1]["cpu_s_per_step"] == pytest.approx(
         1.0 / records[0]["worker_steps"], rel=1e-6)
+    # A run that gives no record (here: one worker's steps only) is left out, saying why.
+    shutil.copytree(BUSY_RUN, tmp_path / "profile-busy-r4")
+    with open(tmp_path / "profile-busy-r4" / "step_times.csv", newline="") as handle:
+        _write_step_times(tmp_path / "profile-busy-r4", [r for r in csv.DictReader(handle) if r["worker"] == "0"])
+    assert busy_ps_runs(tmp_path) == records
+    assert "busy-PS run left out: " in capsys.readouterr().err
     pooled = with_busy_runs({"cpu_s_per_step": 0.03, "cores": 0.29}, records)["busy"]
     assert pooled[0]["runs"] == 2
     assert pooled[0]["cpu_s_per_step"] == pytest.approx(sum(r["cpu_s_per_step"] for r in records) / 2)

@@ -529,11 +529,19 @@ def _busy_ps_run(setting: LabSetting, out_dir: Path, k: int, workers: int, *, re
 def busy_ps_runs(setting_dir: Path) -> list[dict]:
     """The busy-PS records (:func:`calibration.pscpu.busy_ps_cpu_record`) of ``setting_dir``'s
     finished ``profile-busy-r<k>`` runs, in round order (a run stopped midway keeps an
-    ``.incomplete`` name and is left out)."""
+    ``.incomplete`` name and is left out). A run that gives no record (too few steps between
+    its CPU readings, say) is left out with a line saying why: the setting's measurements stand
+    without it."""
     runs = sorted((p for p in setting_dir.glob(f"{BUSY_RUN_PREFIX}*")
                    if p.name[len(BUSY_RUN_PREFIX):].isdigit() and (p / "run.json").is_file()),
                   key=lambda p: int(p.name[len(BUSY_RUN_PREFIX):]))
-    return [read_busy_ps_run(run) for run in runs]
+    records = []
+    for run in runs:
+        try:
+            records.append(read_busy_ps_run(run))
+        except InputError as err:
+            _say(f"busy-PS run left out: {err}")
+    return records
 
 
 def _collect_unloaded(setting: LabSetting, out: Path, label: str, *, rerun_loaded: bool, workers: int,
