@@ -243,7 +243,7 @@ def read_busy_ps_run(run_dir: str | os.PathLike) -> dict:
 def with_busy_runs(ps_cpu: dict, records: list[dict]) -> dict:
     """CLUSTER.json's ``ps_cpu`` with its ``busy`` list made from :func:`busy_ps_cpu_record`
     ``records``: per worker count, the mean CPU per worker-step over its runs (each run weighing
-    alike, as the one-worker runs do) and each run's value (docs/formats.md §3).
+    alike, as the one-worker runs do) and each run's value (docs/formats.md §4).
 
     Examples
     --------

@@ -223,7 +223,7 @@ def _ps_cpu(source, data) -> PsCpu | None:
 
 
 def _busy_ps_cpu(source, data) -> tuple[BusyPsCpu, ...]:
-    """``ps_cpu.busy`` of CLUSTER.json (docs/formats.md §3): the CPU per worker-step of runs
+    """``ps_cpu.busy`` of CLUSTER.json (docs/formats.md §4): the CPU per worker-step of runs
     with several workers; absent: none."""
     if not isinstance(data, list):
         raise ClusterFormatError(source, "ps_cpu.busy must be a list of objects with workers and cpu_s_per_step")
