@@ -118,6 +118,15 @@ def untraced_window_s(run_dir: str | os.PathLike, run: dict) -> tuple[float, flo
     return None if untraced_span is None else (untraced_span[0][1], untraced_span[1][1])
 
 
+def _server_cores(run: dict, servers: list[str]) -> list[float] | None:
+    """The cores each of ``servers`` could use (``run.json``'s ``task_cpu.limits``), or None
+    where any has no such record."""
+    limits = run["task_cpu"].get("limits") or {}
+    cores = [float(limits[task]["cores"]) for task in servers if isinstance(limits.get(task), dict)
+             and isinstance(limits[task].get("cores"), (int, float))]
+    return cores if len(cores) == len(servers) else None
+
+
 def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
     """CLUSTER.json's ``ps_cpu`` for a collected run, or None when the run has no CPU readings
     (collected before they existed, or with ``--role``) or too few steps between them.
@@ -130,7 +139,6 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
     readings = _readings(run_dir, run)
     if readings is None:
         return None
-    limits = run["task_cpu"].get("limits") or {}
     servers = sorted(task for task in readings if task.startswith(PS_PREFIX))
     if not servers:
         return None
@@ -142,9 +150,8 @@ def ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict | None:
             return None
         total += (last_cpu - first_cpu) / (last_step - first_step)
         steps, seconds = last_step - first_step, last_s - first_s
-    cores = [float(limits[task]["cores"]) for task in servers if isinstance(limits.get(task), dict)
-             and isinstance(limits[task].get("cores"), (int, float))]
-    if len(cores) != len(servers) or total <= 0:
+    cores = _server_cores(run, servers)
+    if cores is None or total <= 0:
         return None
     return {"cpu_s_per_step": total, "cores": min(cores), "servers": len(servers), "steps": steps,
             "busy_fraction": total / (len(servers) * min(cores) * seconds / steps),
@@ -206,14 +213,11 @@ def busy_ps_cpu_record(run_dir: str | os.PathLike, run: dict) -> dict:
                                                      f"than {MIN_STEPS * workers}")
     spans = [_span(readings[task]) for task in servers]
     cpu_s = sum(last_cpu - first_cpu for (_, _, first_cpu), (_, _, last_cpu) in spans)
-    limits = run["task_cpu"].get("limits") or {}
-    cores = [float(limits[t]["cores"]) for t in servers
-             if isinstance(limits.get(t), dict) and isinstance(limits[t].get("cores"), (int, float))]
+    cores = _server_cores(run, servers)
     if cpu_s <= 0:
         raise InputError(run_dir / "task_cpu.csv", "reads no PS CPU time between its readings")
     return {"workers": workers, "cpu_s_per_step": cpu_s / steps, "worker_steps": steps,
-            "busy_fraction": cpu_s / (len(servers) * min(cores) * (last_s - first_s)) if len(cores) == len(servers)
-            else None,
+            "busy_fraction": None if cores is None else cpu_s / (len(servers) * min(cores) * (last_s - first_s)),
             "source": f"task_cpu.csv and step_times.csv of a run with {workers} workers: the PS tasks' CPU per "
                       "step of any worker between the readings"}
 

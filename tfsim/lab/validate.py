@@ -505,11 +505,8 @@ def _tail_run(setting: LabSetting, out_dir: Path, k: int, *, rerun_loaded: bool,
     cores. This machine's speed wanders by up to 30% over minutes (a quota-bound one-worker
     step, and a fixed loop timed beside it: bench/results/tail-runs-2026-11-28), so one
     profiling tail is one draw of it; a tail per round gives the correction the points' mean."""
-    lab_run, _ = _collect_unloaded(setting, out_dir / f"{TAIL_RUN_PREFIX}{k + 1}", f"tail run {k + 1}",
-                                   rerun_loaded=rerun_loaded, workers=1, progress=progress,
-                                   fork_servers=fork_servers, profile_side=True)
-    _drop_leftovers(lab_run.run_dir)
-    return lab_run.load.outside_cores
+    return _profile_side_run(setting, out_dir / f"{TAIL_RUN_PREFIX}{k + 1}", f"tail run {k + 1}", 1,
+                             rerun_loaded=rerun_loaded, progress=progress, fork_servers=fork_servers)
 
 
 def _busy_ps_run(setting: LabSetting, out_dir: Path, k: int, workers: int, *, rerun_loaded: bool, progress: bool,
@@ -519,11 +516,27 @@ def _busy_ps_run(setting: LabSetting, out_dir: Path, k: int, workers: int, *, re
     load in cores. A one-worker run cannot show how much cheaper a worker-step gets once the
     PS's wake-ups serve several workers' requests; this run measures it
     (:func:`calibration.pscpu.busy_ps_cpu_record`)."""
-    lab_run, _ = _collect_unloaded(setting, out_dir / f"{BUSY_RUN_PREFIX}{k + 1}", f"busy-PS run {k + 1}",
-                                   rerun_loaded=rerun_loaded, workers=workers, progress=progress,
-                                   fork_servers=fork_servers, profile_side=True)
+    return _profile_side_run(setting, out_dir / f"{BUSY_RUN_PREFIX}{k + 1}", f"busy-PS run {k + 1}", workers,
+                             rerun_loaded=rerun_loaded, progress=progress, fork_servers=fork_servers)
+
+
+def _profile_side_run(setting: LabSetting, out: Path, label: str, workers: int, *, rerun_loaded: bool,
+                      progress: bool, fork_servers: ForkServers | None) -> float:
+    """One run of the profiling run's cluster (its PS count) with ``workers`` workers into
+    ``out``, as a measuring run is run (:func:`_collect_unloaded`), its traced step and logs
+    dropped once written. Returns its outside load in cores."""
+    lab_run, _ = _collect_unloaded(setting, out, label, rerun_loaded=rerun_loaded, workers=workers,
+                                   progress=progress, fork_servers=fork_servers, profile_side=True)
     _drop_leftovers(lab_run.run_dir)
     return lab_run.load.outside_cores
+
+
+def _round_runs(setting_dir: Path, prefix: str) -> list[Path]:
+    """``setting_dir``'s finished ``<prefix><k>`` runs, in round order (a run stopped midway
+    keeps an ``.incomplete`` name, and a run without its run.json did not finish: both left out)."""
+    return sorted((p for p in setting_dir.glob(f"{prefix}*")
+                   if p.name[len(prefix):].isdigit() and (p / "run.json").is_file()),
+                  key=lambda p: int(p.name[len(prefix):]))
 
 
 def busy_ps_runs(setting_dir: Path) -> list[dict]:
@@ -532,11 +545,8 @@ def busy_ps_runs(setting_dir: Path) -> list[dict]:
     ``.incomplete`` name and is left out). A run that gives no record (too few steps between
     its CPU readings, say) is left out with a line saying why: the setting's measurements stand
     without it."""
-    runs = sorted((p for p in setting_dir.glob(f"{BUSY_RUN_PREFIX}*")
-                   if p.name[len(BUSY_RUN_PREFIX):].isdigit() and (p / "run.json").is_file()),
-                  key=lambda p: int(p.name[len(BUSY_RUN_PREFIX):]))
     records = []
-    for run in runs:
+    for run in _round_runs(setting_dir, BUSY_RUN_PREFIX):
         try:
             records.append(read_busy_ps_run(run))
         except InputError as err:
@@ -609,9 +619,7 @@ def one_worker_tails(setting_dir: Path) -> OneWorkerTails:
     """The untraced one-worker steps in ``setting_dir``: its ``profile-run``'s tail (where there
     is one) and its finished ``profile-tail-r<k>`` runs (a run stopped midway keeps an
     ``.incomplete`` name and is left out)."""
-    rounds = sorted((p for p in setting_dir.glob(f"{TAIL_RUN_PREFIX}*")
-                     if p.name[len(TAIL_RUN_PREFIX):].isdigit() and (p / "run.json").is_file()),
-                    key=lambda p: int(p.name[len(TAIL_RUN_PREFIX):]))
+    rounds = _round_runs(setting_dir, TAIL_RUN_PREFIX)
     profiling = setting_dir / PROFILE_RUN
     found = (profiling / "run.json").is_file()
     return OneWorkerTails(untraced_step_s(profiling) if found else None, _run_ps_cpu_s(profiling) if found else None,
@@ -800,12 +808,10 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
         one_tail = _grpc_predictions(scale_computation(traced_profile, one_tail_scale), profiling_cluster,
                                      setting.workers, hosts=hosts, servers=servers, steps=predict_steps)
         document = pooled_ps_cpu(document, tails)
-        save_cluster(document, out_dir / "CLUSTER.json")
     busy = busy_ps_runs(out_dir)
-    one_worker_cluster = load_cluster(out_dir / "CLUSTER.json")
     if busy and "ps_cpu" in document:
         document = {**document, "ps_cpu": with_busy_runs(document["ps_cpu"], busy)}
-        save_cluster(document, out_dir / "CLUSTER.json")
+    save_cluster(document, out_dir / "CLUSTER.json")
     cluster = load_cluster(out_dir / "CLUSTER.json")
     target = tails.mean_step_s
     scale = _fitted_scale(traced_profile, cluster, target, hosts, predict_steps)
@@ -827,6 +833,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     # What the one-worker runs' PS CPU alone predicts, beside: the busy-PS runs' share of the error.
     one_worker_cpu = {}
     if cluster.ps_cpu is not None and cluster.ps_cpu.busy:
+        one_worker_cluster = dataclasses.replace(cluster, ps_cpu=dataclasses.replace(cluster.ps_cpu, busy=()))
         one_worker_cpu = _grpc_predictions(profile, one_worker_cluster, setting.workers, hosts=hosts,
                                            servers=servers, steps=predict_steps)
     quotas = setting.quotas()
