@@ -98,9 +98,14 @@ def test_an_overflow_is_expected_once_w_windows_exceed_the_buffer():
     assert not overflow_columns(setting, no_window, 4)["overflow_expected"]
 
 
-def test_keep_captures_needs_the_timeline(capsys):
-    from tfsim.cli import main
+def test_keep_captures_needs_no_timeline():
+    # It keeps the profiling run's capture too, so that a calibration can be run again.
+    from tfsim.cli import build_parser
+    from tfsim.cli.lab import settings_of
 
-    assert main(["lab", "--model", "tiny", "--keep-captures", "--out", "unused"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "tfsim: error: --keep-captures: keeps the timeline runs' captures: give --timeline too")
+    for extra, timeline in (([], False), (["--timeline"], True)):
+        args = build_parser().parse_args(["lab", "--model", "tiny", "--keep-captures", "--out", "unused", *extra])
+        _, settings = settings_of(args)
+        assert [(s.keep_captures, s.timeline) for s in settings] == [(True, timeline)]
+    _, settings = settings_of(build_parser().parse_args(["lab", "--model", "tiny", "--out", "unused"]))
+    assert [s.keep_captures for s in settings] == [False]

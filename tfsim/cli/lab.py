@@ -102,8 +102,9 @@ def register(sub) -> None:
                         "link's busy fraction per direction in the results, timeline-w<W>.png (a few steps, "
                         "measured above simulated) and a Perfetto trace of both (one PS only)")
     p.add_argument("--keep-captures", action="store_true",
-                   help="with --timeline: keep each timeline run's capture and trace, so that tfsim report "
-                        "--timeline-run and tfsim calibrate can read its directory (tens of MB per run)")
+                   help="keep the profiling run's capture, and with --timeline each timeline run's capture and "
+                        "trace, so that tfsim calibrate (and tfsim report --timeline-run) can read their "
+                        "directories again (tens of MB per run)")
     p.add_argument("--packet", action="store_true",
                    help="also predict every point with the packet transfer model (ns-3's TCP, docs/model.md §12; "
                         "needs the packet extra; minutes per setting) and publish its error beside grpc's")
@@ -168,8 +169,6 @@ def settings_of(args) -> tuple[str, list]:
     if args.packet:
         settings = [dataclasses.replace(s, packet=True) for s in settings]
     if args.keep_captures:
-        if not any(s.timeline for s in settings):
-            raise UsageError("keep_captures", "keeps the timeline runs' captures: give --timeline too")
         settings = [dataclasses.replace(s, keep_captures=True) for s in settings]
     if args.colocated or args.ps_cores is not None or args.worker_cores is not None:
         settings = [dataclasses.replace(s, colocated=args.colocated, ps_cores=args.ps_cores,

@@ -784,9 +784,11 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     save_figure(stream_timeline_figure(calibration), out_dir / "streams.png")
     traced_profile = profile_from_run_dir(run_dir)
     hosts = simulated_hosts(setting)
-    # The capture is big and fully summarised in CLUSTER.json: do not keep it.
-    for capture in run_dir.glob("capture.pcap*"):
-        capture.unlink()
+    # The capture is big and summarised in CLUSTER.json: kept only when asked (to calibrate
+    # it again, with another tfsim).
+    if not setting.keep_captures:
+        for capture in run_dir.glob("capture.pcap*"):
+            capture.unlink()
     # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2),
     # as the profiling run placed its variables (the setting's placement, in the profile's meta).
     servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
