@@ -454,16 +454,34 @@ def _busy_steps(samples: list[StreamSample], incomplete: set[tuple[str, str]], *
         out[direction] = []
         for streams in steps.values():
             big = [s.send_ready_s for s in streams if s.size_bytes >= MIN_STREAM_BYTES]
-            total = sum(s.size_bytes for s in streams)
-            if big and total >= MIN_BUSY_BYTES:
+            if not big:
+                continue
+            start = min(big)
+            # Only the bytes that crossed after the span's start: a step whose one large stream
+            # comes last (the first layer's gradient, on the uplink) would otherwise put all its
+            # bytes over that stream's span alone (docs/calibration.md §4.2).
+            total = sum(_bytes_after(s, start) for s in streams)
+            if total >= MIN_BUSY_BYTES:
                 # A tf2-pss step's last downlink stream is a control edge's empty tensor, sent after the
                 # uplink's updates: it would stretch the span over the whole step (docs/calibration.md
                 # §2.9). TF1 runs keep the span they were calibrated with (§4).
                 ends = [s.last_data_s for s in streams if empty_ends_span or s.size_bytes > 0]
-                span = max(ends) - min(big)
+                span = max(ends) - start
                 if span > 0:
                     out[direction].append((total, span))
     return out
+
+
+def _bytes_after(sample: StreamSample, start_s: float) -> float:
+    """The bytes of ``sample`` that crossed the wire after ``start_s``: all of them when its
+    first DATA frame is not earlier, none when its last is not later, else the share of its
+    wire time after ``start_s`` (the frames between are not kept; the stream is taken at an
+    even rate)."""
+    if sample.first_data_s >= start_s:
+        return float(sample.size_bytes)
+    if sample.last_data_s <= start_s:
+        return 0.0
+    return sample.size_bytes * (sample.last_data_s - start_s) / (sample.last_data_s - sample.first_data_s)
 
 
 def _window(samples: list[StreamSample], capture) -> tuple[dict, dict]:

@@ -1,12 +1,13 @@
 """Calibration: the fits, the single-link replay, and the whole fit on the bundled shaped captures."""
 
+import dataclasses
 import json
 import shutil
 
 import numpy as np
 import pytest
 
-from calibration.calibrate import calibrate_run, connection_bound, untraced_caps
+from calibration.calibrate import StreamSample, _busy_steps, calibrate_run, connection_bound, untraced_caps
 from calibration.fit import least_squares, theil_sen
 from calibration.replay import error_summary, relative_errors, replay_fifo, replay_http2
 from simulate.cluster import ClusterModel
@@ -287,6 +288,29 @@ def test_a_busy_rate_above_iperf3s_stays_the_links_peak():
     rates, caps = connection_bound({"downlink": 130e6, "uplink": 60e6}, {"downlink": 120e6, "uplink": 118e6})
     assert rates == {"downlink": 130e6, "uplink": 118e6} and caps == {"uplink": 60e6}
     assert connection_bound({"downlink": 60e6}, {"downlink": 118e6}, fraction=0.5) == ({"downlink": 60e6}, {})
+
+
+def _stream(step: str, size: int, ready_s: float, rate_Bps: float = 50e6, first_s: float | None = None):
+    first = ready_s if first_s is None else first_s
+    return StreamSample("uplink", step, f"t{ready_s}", size, ready_s, ready_s, first, first + size / rate_Bps,
+                        first + size / rate_Bps + 1e-4, 4 << 20)
+
+
+def test_the_busy_rate_counts_only_the_bytes_after_its_spans_start():
+    # A deep, narrow model's uplink: twelve 64 KiB gradients, one every 5 ms as the backward pass
+    # makes them, and the first layer's 128 KiB one (the step's only large stream) last. All
+    # the step's bytes over that last stream's span would be 240 MB/s on a 50 MB/s link.
+    narrow = [_stream("a", 65_536, 0.005 * k) for k in range(12)] + [_stream("a", 131_072, 0.060)]
+    assert _busy_steps(narrow, set())["uplink"] == []  # 128 KiB after the start: too few to time the link
+    # Large streams from the start: every byte counts, over the first one's ready time to the last byte.
+    wide = [_stream("b", 400_000, 0.0), _stream("b", 200_000, 0.001, first_s=0.008)]
+    ((total, span),) = _busy_steps(wide, set())["uplink"]
+    assert total == 600_000 and span == pytest.approx(0.008 + 200_000 / 50e6)
+    # A stream on the wire when the span starts counts for the share of its frames after it.
+    straddling = [_stream("c", 100_000, 0.0), _stream("c", 500_000, 0.001)]
+    straddling[0] = dataclasses.replace(straddling[0], size_bytes=50_000, first_data_s=-0.001, last_data_s=0.003)
+    ((total, span),) = _busy_steps(straddling, set())["uplink"]
+    assert total == pytest.approx(500_000 + 25_000)
 
 
 def test_a_bad_connection_cap_in_cluster_json_is_named(data_dir, tmp_path):
