@@ -427,8 +427,8 @@ def _busy_rate(steps: dict[str, list[tuple[int, float]]]) -> dict:
     """Per direction: the rate tensors moved at while the link had data to send, or None;
     ``steps`` from :func:`_busy_steps`.
 
-    For each traced step, the bytes of all the direction's streams over the time from the
-    first large stream's send-ready time to the last DATA frame (of a stream with payload, in a
+    For each traced step, the bytes the direction's streams moved after the first large
+    stream's send-ready time (:func:`_bytes_after`), over the time from then to the last DATA frame (of a stream with payload, in a
     tf2-pss run; the link is backlogged in between: streams queue behind each other); the
     median over the steps. Unlike iperf3's
     bulk flow, it includes what a training job's traffic pays on this link: TCP restarting
