@@ -428,9 +428,9 @@ def _busy_rate(steps: dict[str, list[tuple[int, float]]]) -> dict:
     ``steps`` from :func:`_busy_steps`.
 
     For each traced step, the bytes the direction's streams moved after the first large
-    stream's send-ready time (:func:`_bytes_after`), over the time from then to the last DATA frame (of a stream with payload, in a
-    tf2-pss run; the link is backlogged in between: streams queue behind each other); the
-    median over the steps. Unlike iperf3's
+    stream's send-ready time (:func:`_bytes_after`), over the time from then to the last DATA
+    frame (of a stream with payload, in a tf2-pss run; the link is backlogged in between:
+    streams queue behind each other); the median over the steps. Unlike iperf3's
     bulk flow, it includes what a training job's traffic pays on this link: TCP restarting
     from a small window after each idle phase, losses at the shaper, the sender's pauses.
     Steps in ``incomplete`` (a stream of theirs unusable) are left out: with a stream missing
