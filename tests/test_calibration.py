@@ -299,7 +299,7 @@ def _stream(step: str, size: int, ready_s: float, rate_Bps: float = 50e6, first_
 def test_the_busy_rate_counts_only_the_bytes_after_its_spans_start():
     # A deep, narrow model's uplink: twelve 64 KiB gradients, one every 5 ms as the backward pass
     # makes them, and the first layer's 128 KiB one (the step's only large stream) last. All
-    # the step's bytes over that last stream's span would be 240 MB/s on a 50 MB/s link.
+    # the step's bytes over that last stream's span would be 350 MB/s on a 50 MB/s link.
     narrow = [_stream("a", 65_536, 0.005 * k) for k in range(12)] + [_stream("a", 131_072, 0.060)]
     assert _busy_steps(narrow, set())["uplink"] == []  # 128 KiB after the start: too few to time the link
     # Large streams from the start: every byte counts, over the first one's ready time to the last byte.
