@@ -571,6 +571,12 @@ def _collect_unloaded(setting: LabSetting, out: Path, label: str, *, rerun_loade
     return lab_run, reruns
 
 
+def _drop_captures(run_dir: Path) -> None:
+    """A run's capture, once summarised (CLUSTER.json, timeline.json): tens of MB."""
+    for capture in run_dir.glob("capture.pcap*"):
+        capture.unlink()
+
+
 def _drop_leftovers(run_dir: Path) -> None:
     """A measured run's one traced step and its logs, once read: the profile has the traces."""
     shutil.rmtree(run_dir / "trace", ignore_errors=True)
@@ -738,11 +744,11 @@ def timeline_point(setting: LabSetting, out_dir: Path, workers: int, profile, cl
                json.dumps(json_ready(view.chrome_trace()), separators=(",", ":"), allow_nan=False))
     save_figure(view.figure(), out_dir / f"timeline-w{workers}.png")
     throughput = measured_throughput(run_dir)["throughput_eps"]
-    if not setting.keep_captures:
-        for capture in run_dir.glob("capture.pcap*"):
-            capture.unlink()
-        shutil.rmtree(run_dir / "trace", ignore_errors=True)
-    shutil.rmtree(run_dir / "logs", ignore_errors=True)
+    if setting.keep_captures:
+        shutil.rmtree(run_dir / "logs", ignore_errors=True)
+    else:
+        _drop_captures(run_dir)
+        _drop_leftovers(run_dir)
     fractions = {"used": view.used_fractions(), "busy": view.busy_fractions()}
     return {"timeline_run_eps": throughput,
             **{f"{kind}_{d}_{side}": values[f"{side}_{d}"] for kind, values in fractions.items()
@@ -787,8 +793,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     # The capture is big and summarised in CLUSTER.json: kept only when asked (to calibrate
     # it again, with another tfsim).
     if not setting.keep_captures:
-        for capture in run_dir.glob("capture.pcap*"):
-            capture.unlink()
+        _drop_captures(run_dir)
     # A profile taken with fewer PS than the measured runs is re-placed over theirs (model.md §2.2),
     # as the profiling run placed its variables (the setting's placement, in the profile's meta).
     servers = setting.ps_tasks if setting.profiled_ps != setting.ps_tasks else None
