@@ -49,7 +49,7 @@ from simulate.cluster_file import load_cluster, save_cluster
 from simulate.coarse import baselines
 from simulate.config import TaskHosts, model_cores
 from simulate.results import measurement_stats
-from simulate.sweep import AUTO_PACKET_FROM_WORKERS, auto_picks_packet, parse_workers, predict
+from simulate.sweep import AUTO_PACKET_FROM_WORKERS, auto_picks_packet, default_jobs, parse_workers, predict
 from simulate.untrace import MAX_SCALE, MIN_SCALE, fit_computation_scale, scale_computation
 from tfbase.errors import InputError, UsageError
 from tfbase.figures import finish_throughput_axes, pyplot, save_figure
@@ -432,7 +432,7 @@ def lockstep_predictions(profile, cluster, workers, *, hosts, steps: int, server
     stay in lock step, the other end of the range from the default's staggered starts."""
 
     frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
-                    stagger=0.0, servers=servers, jobs=1, **hosts)
+                    stagger=0.0, servers=servers, jobs=default_jobs(), **hosts)
     return {int(w): float(t) for w, t in zip(frame["workers"], frame["throughput_eps"])}
 
 
@@ -831,7 +831,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
                     steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
-                    servers=servers, jobs=1, **hosts)
+                    servers=servers, jobs=default_jobs(), **hosts)
     lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps,
                                     servers=servers)
     base = baselines(profile, cluster, setting.workers, "async")
@@ -929,15 +929,18 @@ def _fitted_scale(profile, cluster, target: float | None, hosts: dict, steps: in
 def _grpc_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None, steps: int) -> dict[int, float]:
     """Each W's throughput under the grpc transfer model, the mean of the lab's replicas."""
     frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
-                    replicas=PREDICT_REPLICAS, servers=servers, jobs=1, **hosts)
+                    replicas=PREDICT_REPLICAS, servers=servers, jobs=default_jobs(), **hosts)
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
 def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None = None) -> dict[int, float]:
-    """Each W's throughput under the packet transfer model (docs/model.md §12), for the lab's hosts."""
+    """Each W's throughput under the packet transfer model (docs/model.md §12), for the lab's hosts.
+
+    Like every prediction of the lab it uses all of the machine's cores (:func:`default_jobs`): the
+    lab predicts a setting after its measuring rounds, never beside a measured run."""
     _say(f"predicting W = {', '.join(map(str, workers))} with the packet transfer model (ns-3)")
     frame = predict(profile, cluster, workers=workers, transfer="packet", steps=PACKET_STEPS,
-                    warmup=PACKET_STEPS // 6, servers=servers, jobs=1, **hosts)
+                    warmup=PACKET_STEPS // 6, servers=servers, jobs=default_jobs(), **hosts)
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
