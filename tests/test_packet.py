@@ -153,6 +153,16 @@ def test_a_seed_gives_the_same_run(profile, slow_cluster):
     assert not np.array_equal(first.step_end_s, other.step_end_s)
 
 
+def test_a_prediction_does_not_depend_on_its_worker_processes(profile, slow_cluster):
+    # the lab predicts every W in parallel after its rounds (tfsim/lab/validate.py)
+    options = {"workers": [1, 2], "transfer": "packet", "steps": 20, "warmup": 4, "seed": 3}
+    alone = simulate.predict(profile, slow_cluster, jobs=1, **options)
+    beside = simulate.predict(profile, slow_cluster, jobs=2, **options)
+    assert list(alone["workers"]) == [1, 2]
+    np.testing.assert_array_equal(alone["throughput_eps"].to_numpy(), beside["throughput_eps"].to_numpy())
+    assert alone["throughput_eps"].iloc[1] > alone["throughput_eps"].iloc[0]
+
+
 def test_sync_steps_end_together(profile, slow_cluster):
     run = _replay(profile, slow_cluster, 2, mode=Mode.SYNC)
     np.testing.assert_allclose(run.step_start_s[0, 1:], run.step_start_s[1, 1:])
