@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""The bars over several lab runs' results.csv files pooled: per setting and over every point,
+for the grpc, packet and auto predictions. ``python pool.py RESULTS.csv [RESULTS.csv ...]``.
+
+A point is inside when its prediction lies in the measured min..max or within 3% of the mean,
+as the lab's own bars line counts (tfsim/lab/validate.py ``CLOSE_ENOUGH``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from tfsim.lab.validate import CLOSE_ENOUGH  # noqa: E402
+
+MODELS = ("grpc", "packet", "auto")
+
+
+def bars(frame: pd.DataFrame) -> str:
+    """mean |error|, max |error| and the inside share of each model, over the frame's points."""
+    parts = []
+    for model in MODELS:
+        errors = frame[f"error_{model}"].astype(float)
+        if errors.isna().all():
+            continue
+        inside = frame[f"inside_{model}"].astype(str).str.lower().isin(("true", "yes", "1")) | (errors.abs() <= CLOSE_ENOUGH)
+        parts.append(f"{model} {errors.abs().mean() * 100:.1f}% (max {errors.abs().max() * 100:.1f}%, "
+                     f"{inside.mean() * 100:.0f}% inside)")
+    return "; ".join(parts)
+
+
+def main() -> None:
+    frame = pd.concat([pd.read_csv(path) for path in sys.argv[1:]], ignore_index=True)
+    for setting, rows in frame.groupby("setting", sort=False):
+        print(f"{setting} ({len(rows)} points): {bars(rows)}")
+    print(f"all ({len(frame)} points): {bars(frame)}")
+    beyond = frame[frame["workers"] >= 2]
+    print(f"W >= 2 ({len(beyond)} points): {bars(beyond)}")
+
+
+if __name__ == "__main__":
+    main()
