@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from tfsim.lab.validate import CLOSE_ENOUGH  # noqa: E402
+from tfsim.lab.validate import CLOSE_ENOUGH
 
 MODELS = ("grpc", "packet", "auto")
 
@@ -25,7 +25,8 @@ def bars(frame: pd.DataFrame) -> str:
         errors = frame[f"error_{model}"].astype(float)
         if errors.isna().all():
             continue
-        inside = frame[f"inside_{model}"].astype(str).str.lower().isin(("true", "yes", "1")) | (errors.abs() <= CLOSE_ENOUGH)
+        in_range = frame[f"inside_{model}"].astype(str).str.lower().isin(("true", "yes", "1"))
+        inside = in_range | (errors.abs() <= CLOSE_ENOUGH)
         parts.append(f"{model} {errors.abs().mean() * 100:.1f}% (max {errors.abs().max() * 100:.1f}%, "
                      f"{inside.mean() * 100:.0f}% inside)")
     return "; ".join(parts)
