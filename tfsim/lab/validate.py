@@ -306,6 +306,9 @@ TRANSFER_MODELS = ("grpc", "http2", "fifo")  # the first is the headline: the de
 # one of several phase patterns depending on the sampled steps (docs/model.md §5.2), and the lab
 # compares the replicas' mean, showing their range beside the measured one.
 PREDICT_REPLICAS = 5
+# The lab predicts a setting after its measuring rounds, never beside a measured run, so its
+# predictions take every core; results do not depend on the processes (simulate.predict).
+PREDICT_JOBS = default_jobs()
 # The packet model's steps per prediction: a replay costs seconds per worker, and the lab's
 # measured runs hold 16-60 steps (one seed: its drops and timeouts vary within a run, not across seeds).
 PACKET_STEPS = 120
@@ -432,7 +435,7 @@ def lockstep_predictions(profile, cluster, workers, *, hosts, steps: int, server
     stay in lock step, the other end of the range from the default's staggered starts."""
 
     frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
-                    stagger=0.0, servers=servers, jobs=default_jobs(), **hosts)
+                    stagger=0.0, servers=servers, jobs=PREDICT_JOBS, **hosts)
     return {int(w): float(t) for w, t in zip(frame["workers"], frame["throughput_eps"])}
 
 
@@ -831,7 +834,7 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     _say(f"[{setting.name}] predicting W = {', '.join(map(str, setting.workers))}")
     frame = predict(profile, cluster, workers=setting.workers, transfer=list(TRANSFER_MODELS),
                     steps=predict_steps, warmup=min(50, predict_steps // 5), replicas=PREDICT_REPLICAS,
-                    servers=servers, jobs=default_jobs(), **hosts)
+                    servers=servers, jobs=PREDICT_JOBS, **hosts)
     lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps,
                                     servers=servers)
     base = baselines(profile, cluster, setting.workers, "async")
@@ -929,18 +932,17 @@ def _fitted_scale(profile, cluster, target: float | None, hosts: dict, steps: in
 def _grpc_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None, steps: int) -> dict[int, float]:
     """Each W's throughput under the grpc transfer model, the mean of the lab's replicas."""
     frame = predict(profile, cluster, workers=workers, transfer="grpc", steps=steps, warmup=min(50, steps // 5),
-                    replicas=PREDICT_REPLICAS, servers=servers, jobs=default_jobs(), **hosts)
+                    replicas=PREDICT_REPLICAS, servers=servers, jobs=PREDICT_JOBS, **hosts)
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
 def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None = None) -> dict[int, float]:
     """Each W's throughput under the packet transfer model (docs/model.md §12), for the lab's hosts.
 
-    Like every prediction of the lab it uses all of the machine's cores (:func:`default_jobs`): the
-    lab predicts a setting after its measuring rounds, never beside a measured run."""
+    On :data:`PREDICT_JOBS` processes, as every prediction of the lab."""
     _say(f"predicting W = {', '.join(map(str, workers))} with the packet transfer model (ns-3)")
     frame = predict(profile, cluster, workers=workers, transfer="packet", steps=PACKET_STEPS,
-                    warmup=PACKET_STEPS // 6, servers=servers, jobs=default_jobs(), **hosts)
+                    warmup=PACKET_STEPS // 6, servers=servers, jobs=PREDICT_JOBS, **hosts)
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
@@ -1037,6 +1039,24 @@ def _met(ok: bool) -> str:
     return "met" if ok else "missed"
 
 
+def bar_scores(frame, model: str) -> tuple[float, float, float]:
+    """A model's mean |error|, largest |error| and share of points inside the measured range or
+    within :data:`CLOSE_ENOUGH` of its mean, over the points of ``frame`` (results.csv's rows)
+    that the model predicted: the three numbers of the bars.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frame = pd.DataFrame({"error_grpc": [0.02, -0.10, float("nan")], "inside_grpc": [False, True, False]})
+    >>> tuple(round(x, 3) for x in bar_scores(frame, "grpc"))
+    (0.06, 0.1, 1.0)
+    """
+    scored = frame[frame[f"error_{model}"].notna()]
+    errors = scored[f"error_{model}"].abs()
+    inside = scored[f"inside_{model}"].astype(bool) | (errors <= CLOSE_ENOUGH)
+    return float(errors.mean()), float(errors.max()), float(inside.mean())
+
+
 def _packet_bar_line(frame) -> list[str]:
     """The bars for the packet transfer model and for ``auto``, over the points the packet model
     predicted (none: no lines)."""
@@ -1046,11 +1066,10 @@ def _packet_bar_line(frame) -> list[str]:
     lines = []
     auto_label = f"auto: packet from W = {AUTO_PACKET_FROM_WORKERS}, grpc below"
     for model, label in (("packet", "packet model"), ("auto", auto_label)):
-        errors = packet[f"error_{model}"].abs()
-        share = float(packet[f"inside_{model}"].astype(bool).mean())
-        lines.append(f"bars ({label}, {len(packet)} points): mean |error| {errors.mean() * 100:.1f}% "
-                     f"({_met(errors.mean() <= MEAN_ERROR_BAR)}); max {errors.max() * 100:.1f}% "
-                     f"({_met(errors.max() <= MAX_ERROR_BAR)}); inside the measured range or within "
+        mean, largest, share = bar_scores(packet, model)
+        lines.append(f"bars ({label}, {len(packet)} points): mean |error| {mean * 100:.1f}% "
+                     f"({_met(mean <= MEAN_ERROR_BAR)}); max {largest * 100:.1f}% "
+                     f"({_met(largest <= MAX_ERROR_BAR)}); inside the measured range or within "
                      f"{CLOSE_ENOUGH:.0%} of its mean: {share:.0%} ({_met(share >= INSIDE_SHARE_BAR)})")
     return lines
 
@@ -1075,11 +1094,10 @@ def _packet_lines(frame) -> list[str]:
 
 def _bar_lines(frame) -> list[str]:
     """Whether the matrix meets the bars, and which settings miss the error bars."""
-    errors = frame["error_grpc"].abs()
-    inside = int((frame["inside_grpc"].astype(bool) | (errors <= CLOSE_ENOUGH)).sum())
-    share = inside / len(frame)
-    lines = [f"bars (grpc model): mean |error| {errors.mean() * 100:.1f}% ({_met(errors.mean() <= MEAN_ERROR_BAR)}: "
-             f"<= {MEAN_ERROR_BAR:.0%}); max {errors.max() * 100:.1f}% ({_met(errors.max() <= MAX_ERROR_BAR)}: "
+    mean, largest, share = bar_scores(frame, "grpc")
+    inside = round(share * len(frame))
+    lines = [f"bars (grpc model): mean |error| {mean * 100:.1f}% ({_met(mean <= MEAN_ERROR_BAR)}: "
+             f"<= {MEAN_ERROR_BAR:.0%}); max {largest * 100:.1f}% ({_met(largest <= MAX_ERROR_BAR)}: "
              f"<= {MAX_ERROR_BAR:.0%}); inside the measured range or within {CLOSE_ENOUGH:.0%} of its mean: "
              f"{inside} of {len(frame)}, {share:.0%} ({_met(share >= INSIDE_SHARE_BAR)}: >= {INSIDE_SHARE_BAR:.0%})"]
     for setting, group in frame.groupby("setting", sort=False):

@@ -2,8 +2,7 @@
 """The bars over several lab runs' results.csv files pooled: per setting and over every point,
 for the grpc, packet and auto predictions. ``python pool.py RESULTS.csv [RESULTS.csv ...]``.
 
-A point is inside when its prediction lies in the measured min..max or within 3% of the mean,
-as the lab's own bars line counts (tfsim/lab/validate.py ``CLOSE_ENOUGH``)."""
+The numbers are the lab's own bars' (tfsim/lab/validate.py ``bar_scores``)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from tfsim.lab.validate import CLOSE_ENOUGH
+from tfsim.lab.validate import bar_scores
 
 MODELS = ("grpc", "packet", "auto")
 
@@ -22,13 +21,10 @@ def bars(frame: pd.DataFrame) -> str:
     """mean |error|, max |error| and the inside share of each model, over the frame's points."""
     parts = []
     for model in MODELS:
-        errors = frame[f"error_{model}"].astype(float)
-        if errors.isna().all():
+        if frame[f"error_{model}"].isna().all():
             continue
-        in_range = frame[f"inside_{model}"].astype(str).str.lower().isin(("true", "yes", "1"))
-        inside = in_range | (errors.abs() <= CLOSE_ENOUGH)
-        parts.append(f"{model} {errors.abs().mean() * 100:.1f}% (max {errors.abs().max() * 100:.1f}%, "
-                     f"{inside.mean() * 100:.0f}% inside)")
+        mean, largest, share = bar_scores(frame, model)
+        parts.append(f"{model} {mean * 100:.1f}% (max {largest * 100:.1f}%, {share * 100:.0f}% inside)")
     return "; ".join(parts)
 
 
