@@ -187,7 +187,7 @@ def test_results_md_gives_the_packet_model_where_a_setting_asked_for_it(tmp_path
 
     from tfsim.lab.validate import RESULT_COLUMNS, TIMELINE_COLUMNS, packet_columns, write_results
 
-    def row(workers, packet, overflow=False):
+    def row(workers, packet, overflow=False, steps=120):
         values = dict.fromkeys(RESULT_COLUMNS, 1.0)
         values.update(setting="s", api="tf1", model="tiny", transport="queue 5 ms", hosts="quota", window="default",
                       workers=workers, measured_runs_eps="100", inside_grpc=True, ranges_overlap_grpc=True,
@@ -196,7 +196,7 @@ def test_results_md_gives_the_packet_model_where_a_setting_asked_for_it(tmp_path
                       **dict.fromkeys(TIMELINE_COLUMNS, math.nan),
                       overflow_expected=overflow,
                       **packet_columns(packet, {"mean": 100.0, "min": 95.0, "max": 102.0}, grpc_eps=90.0,
-                                       auto_packet=workers >= 2))
+                                       auto_packet=workers >= 2, steps=steps))
         return values
 
     stats = {"mean": 100.0, "min": 95.0, "max": 102.0}
@@ -215,3 +215,24 @@ def test_results_md_gives_the_packet_model_where_a_setting_asked_for_it(tmp_path
     assert "| s | 1 | 100.00 | 95.00..102.00 | 104.00 | +4.0% | no | -10.0% | no | -10.0% |" in text
     assert "| s | 3 | 100.00 | 95.00..102.00 | 101.00 | +1.0% | yes | -10.0% | yes | +1.0% |" in text
     assert "| s | 2 |" not in text.split("## The packet transfer model")[1].split("##")[0]
+    assert "120 steps per worker, one seed" in text
+    two = [row(1, 104.0), {**row(2, 101.0, steps=40), "setting": "t"}]
+    write_results(two, tmp_path, preset="quick", elapsed_s=1.0)
+    assert "steps per worker s 120, t 40, one seed" in (tmp_path / "results.md").read_text()
+
+
+def test_the_packet_model_replays_a_settings_packet_steps(monkeypatch):
+    import pandas as pd
+
+    from tfsim.lab import validate
+
+    calls = []
+
+    def fake_predict(profile, cluster, **kwargs):
+        calls.append(kwargs)
+        return pd.DataFrame({"workers": kwargs["workers"], "throughput_eps": [10.0 * w for w in kwargs["workers"]]})
+
+    monkeypatch.setattr(validate, "predict", fake_predict)
+    assert validate.packet_predictions(None, None, (1, 3), hosts={}, steps=42) == {1: 10.0, 3: 30.0}
+    assert validate.packet_predictions(None, None, (2,), hosts={}) == {2: 20.0}
+    assert [(c["transfer"], c["steps"], c["warmup"]) for c in calls] == [("packet", 42, 7), ("packet", 120, 20)]

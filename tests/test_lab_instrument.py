@@ -304,16 +304,19 @@ def test_a_settings_file_describes_a_matrix(tmp_path):
     path.write_text('[[setting]]\nmodel_fn = "mymodels:recommender"\nbatch = 256\nrate = "400mbit"\n'
                     'workers = "1-6"\nworker_cores = 0.25\nps_cores = 0.25\n\n'
                     '[[setting]]\nname = "wide-1g"\nmodel = "wide_mlp"\nrate = "1gbit"\nworkers = [1, 2]\n'
-                    'colocated = true\n')
+                    'colocated = true\npacket = true\npacket_steps = 40\n')
     first, second = read_settings(path)
     assert (first.name, first.model, first.model_fn) == ("recommender-400mbit", "recommender", "mymodels:recommender")
     assert (first.batch_size, first.rate_bit, first.workers) == (256, 400_000_000, (1, 2, 3, 4, 5, 6))
     assert (second.name, second.workers, second.colocated) == ("wide-1g", (1, 2), True)
+    assert (first.packet, first.packet_steps, second.packet, second.packet_steps) == (False, 120, True, 40)
 
 
 @pytest.mark.parametrize("text, message", [
     ("[[setting]]\nmodel = \"tiny\"\nrate = \"1gbit\"\nspeed = 3\n", "setting 1: settings: unknown key(s) speed"),
     ("[[setting]]\nmodel = \"tiny\"\nrate = \"0\"\n", "setting 1: rate: bandwidth must be positive"),
+    ("[[setting]]\nmodel = \"tiny\"\nrate = \"1gbit\"\npacket_steps = 0\n",
+     "setting 1: packet_steps: must be at least 1, not 0"),
     ("[setting\n", "is not TOML"),
     ("title = 'x'\n", "has no [[setting]] table"),
 ])

@@ -52,7 +52,7 @@ def register(sub) -> None:
                            "batch, rate, workers, ps, image_size, grpc_options, ps_cores, worker_cores, colocated, "
                            "queue_ms or queue_bytes, congestion_control, slow_start_after_idle, profile_steps, "
                            "measure_steps, warmup_steps, timeline, keep_captures, profile_ps, placement, api, packet, "
-                           "cpu_period_ms, tail_runs, busy_ps_workers)")
+                           "packet_steps, cpu_period_ms, tail_runs, busy_ps_workers)")
     what.add_argument("--model", help="a zoo model to run (see tfsim collect --help)")
     what.add_argument("--model-fn", metavar="MODULE:FUNC", help="your own model function (as tfsim collect takes it)")
     job = p.add_argument_group("a job of your own (with --model or --model-fn)")
@@ -108,6 +108,9 @@ def register(sub) -> None:
     p.add_argument("--packet", action="store_true",
                    help="also predict every point with the packet transfer model (ns-3's TCP, docs/model.md §12; "
                         "needs the packet extra; minutes per setting) and publish its error beside grpc's")
+    p.add_argument("--packet-steps", type=positive_int, metavar="N",
+                   help="steps per worker the packet model replays (default: 120; fewer for a job whose steps "
+                        "move tens of MB, where ns-3 takes seconds per worker and step)")
     p.add_argument("--repeat", type=positive_int, default=3,
                    help="measurements per point, each on a fresh cluster (default: 3)")
     p.add_argument("--no-fork-server", action="store_true",
@@ -168,6 +171,8 @@ def settings_of(args) -> tuple[str, list]:
         settings = [dataclasses.replace(s, timeline=True) for s in settings]
     if args.packet:
         settings = [dataclasses.replace(s, packet=True) for s in settings]
+    if args.packet_steps is not None:
+        settings = [dataclasses.replace(s, packet_steps=args.packet_steps) for s in settings]
     if args.keep_captures:
         settings = [dataclasses.replace(s, keep_captures=True) for s in settings]
     if args.colocated or args.ps_cores is not None or args.worker_cores is not None:

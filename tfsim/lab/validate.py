@@ -74,6 +74,11 @@ from tfsim.lab.netns import DEFAULT_QUEUE_MS, Transport, require_lab_tools
 DEFAULT_BUSY_PS_WORKERS = 3
 
 
+# The packet model's steps per prediction: a replay costs seconds per worker, and the lab's
+# measured runs hold 16-60 steps (one seed: its drops and timeouts vary within a run, not across seeds).
+PACKET_STEPS = 120  # a setting's default (``packet_steps``)
+
+
 @dataclasses.dataclass(frozen=True)
 class LabSetting:
     """One row group of the validation matrix: a job, a link rate, the hosts, W = 1..K.
@@ -88,7 +93,9 @@ class LabSetting:
     PS instead of ``ps_tasks`` (e.g. 1), and the prediction re-places the profile's variables
     over ``ps_tasks`` servers (docs/model.md §2.2): the check of a many-PS prediction made from
     a one-PS profile. ``packet`` also predicts every W with the packet transfer model
-    (docs/model.md §12) and publishes its error beside grpc's. ``tail_runs`` measures the
+    (docs/model.md §12) and publishes its error beside grpc's, replaying ``packet_steps`` steps
+    per worker (fewer for a job whose steps move tens of megabytes: ns-3 costs seconds per worker
+    and step there). ``tail_runs`` measures the
     one-worker step once more in every measuring round, untraced, for the correction and the PS
     CPU bound (:func:`one_worker_tails`). ``busy_ps_workers`` runs the profiling cluster with
     that many workers once in every measuring round (at most the setting's largest W; 0: not),
@@ -119,6 +126,7 @@ class LabSetting:
     profile_ps: int | None = None
     api: str = "tf1"
     packet: bool = False
+    packet_steps: int = PACKET_STEPS
     placement: str = "round_robin"
     cpu_period_ms: float = PERIOD_US / 1e3
     tail_runs: bool = True
@@ -144,7 +152,7 @@ class LabSetting:
         if self.profile_ps is not None and not 1 <= self.profile_ps <= self.ps_tasks:
             raise UsageError("profile_ps", f"must be from 1 to the measured runs' {self.ps_tasks} PS, "
                                            f"not {self.profile_ps}")
-        for name in ("profile_steps", "measure_steps", "batch_size"):
+        for name in ("profile_steps", "measure_steps", "batch_size", "packet_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UsageError(name, f"must be at least 1, not {getattr(self, name)}")
         self.transport()
@@ -309,11 +317,8 @@ PREDICT_REPLICAS = 5
 # The lab predicts a setting after its measuring rounds, never beside a measured run, so its
 # predictions take every core; results do not depend on the processes (simulate.predict).
 PREDICT_JOBS = default_jobs()
-# The packet model's steps per prediction: a replay costs seconds per worker, and the lab's
-# measured runs hold 16-60 steps (one seed: its drops and timeouts vary within a run, not across seeds).
-PACKET_STEPS = 120
-PACKET_COLUMNS = ("predicted_packet_eps", "error_packet", "inside_packet", "predicted_auto_eps", "error_auto",
-                  "inside_auto")
+PACKET_COLUMNS = ("packet_steps", "predicted_packet_eps", "error_packet", "inside_packet", "predicted_auto_eps",
+                  "error_auto", "inside_auto")
 RESULT_COLUMNS = ("setting", "api", "model", "batch", "rate_mbit", "ps", "profile_ps", "placement", "window",
                   "transport", "hosts",
                   "ps_cores", "worker_cores", "cpu_period_ms",
@@ -838,8 +843,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
     lockstep = lockstep_predictions(profile, cluster, setting.workers, hosts=hosts, steps=predict_steps,
                                     servers=servers)
     base = baselines(profile, cluster, setting.workers, "async")
-    packet = packet_predictions(profile, cluster, setting.workers, hosts=hosts, servers=servers) \
-        if setting.packet else {}
+    packet = packet_predictions(profile, cluster, setting.workers, hosts=hosts, servers=servers,
+                                steps=setting.packet_steps) if setting.packet else {}
     # What the one-worker runs' PS CPU alone predicts, beside: the busy-PS runs' share of the error.
     one_worker_cpu = {}
     if cluster.ps_cpu is not None and cluster.ps_cpu.busy:
@@ -900,7 +905,8 @@ def run_setting(setting: LabSetting, out_dir: Path, *, progress: bool = True, pr
                else dict.fromkeys(TIMELINE_COLUMNS, math.nan)),
         })
         rows[-1].update(packet_columns(packet.get(w), stats, grpc_eps=predicted["grpc"],
-                                       auto_packet=auto_picks_packet(w, rows[-1]["buffer_bytes"])))
+                                       auto_packet=auto_picks_packet(w, rows[-1]["buffer_bytes"]),
+                                       steps=setting.packet_steps))
     return rows
 
 
@@ -936,24 +942,28 @@ def _grpc_predictions(profile, cluster, workers, *, hosts: dict, servers: int | 
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
-def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None = None) -> dict[int, float]:
-    """Each W's throughput under the packet transfer model (docs/model.md §12), for the lab's hosts.
+def packet_predictions(profile, cluster, workers, *, hosts: dict, servers: int | None = None,
+                       steps: int = PACKET_STEPS) -> dict[int, float]:
+    """Each W's throughput under the packet transfer model (docs/model.md §12), for the lab's hosts,
+    over ``steps`` replayed steps per worker (the first sixth not counted).
 
     On :data:`PREDICT_JOBS` processes, as every prediction of the lab."""
-    _say(f"predicting W = {', '.join(map(str, workers))} with the packet transfer model (ns-3)")
-    frame = predict(profile, cluster, workers=workers, transfer="packet", steps=PACKET_STEPS,
-                    warmup=PACKET_STEPS // 6, servers=servers, jobs=PREDICT_JOBS, **hosts)
+    _say(f"predicting W = {', '.join(map(str, workers))} with the packet transfer model (ns-3, {steps} steps)")
+    frame = predict(profile, cluster, workers=workers, transfer="packet", steps=steps,
+                    warmup=steps // 6, servers=servers, jobs=PREDICT_JOBS, **hosts)
     return {int(w): float(eps) for w, eps in zip(frame["workers"], frame["throughput_eps"])}
 
 
-def packet_columns(predicted: float | None, stats: dict, *, grpc_eps: float, auto_packet: bool) -> dict:
+def packet_columns(predicted: float | None, stats: dict, *, grpc_eps: float, auto_packet: bool,
+                   steps: int = PACKET_STEPS) -> dict:
     """results.csv's packet columns for one point (NaN where the setting did not ask for them),
     and ``auto``'s: the packet model's prediction where ``auto_packet``, grpc's elsewhere (what
-    ``--transfer auto`` picks: :func:`simulate.sweep.auto_picks_packet`, docs/model.md §12, "Auto")."""
+    ``--transfer auto`` picks: :func:`simulate.sweep.auto_picks_packet`, docs/model.md §12, "Auto").
+    ``steps`` is the replay's steps per worker (the setting's ``packet_steps``)."""
     if predicted is None:
         return dict.fromkeys(PACKET_COLUMNS, math.nan)
     auto = predicted if auto_packet else grpc_eps
-    return {**_scored("packet", predicted, stats), **_scored("auto", auto, stats)}
+    return {"packet_steps": steps, **_scored("packet", predicted, stats), **_scored("auto", auto, stats)}
 
 
 def _scored(model: str, predicted: float, stats: dict) -> dict:
@@ -1074,13 +1084,21 @@ def _packet_bar_line(frame) -> list[str]:
     return lines
 
 
+def _packet_steps_text(packet) -> str:
+    """How many steps the packet model replayed: one count, or each setting's where they differ."""
+    by_setting = packet.groupby("setting", sort=False)["packet_steps"].first().astype(int)
+    if by_setting.nunique() == 1:
+        return f"{by_setting.iloc[0]} steps per worker"
+    return "steps per worker " + ", ".join(f"{name} {steps}" for name, steps in by_setting.items())
+
+
 def _packet_lines(frame) -> list[str]:
     """results.md's table of the packet transfer model's predictions, where the settings asked for them."""
     packet = frame[frame["predicted_packet_eps"].notna()]
     if packet.empty:
         return []
     lines = ["", "## The packet transfer model", "",
-             f"ns-3's TCP under the same DAG (docs/model.md §12), {PACKET_STEPS} steps per worker, one seed:", "",
+             f"ns-3's TCP under the same DAG (docs/model.md §12), {_packet_steps_text(packet)}, one seed:", "",
              "| setting | W | measured (ex/s) | range | packet | error | inside | grpc error | overflow expected "
              "| auto error |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
