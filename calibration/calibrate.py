@@ -273,14 +273,13 @@ STEP_RPC_PATHS = frozenset({RUNGRAPH_PATH, RUN_COMPONENT_FUNCTION_PATH})
 NS_PER_S = 10**9
 
 
-def _rpc_chain(run, capture, match) -> dict:
-    """The step's RPC latencies (docs/calibration.md §7.1), medians over the traced steps: from
-    the worker's RunGraph request on the wire to the PS's first op (``rungraph_s``) and to the
-    worker's first parameter request (``worker_requests_s``); from the PS's first op to its
-    first gradient request (``ps_requests_s``); from the PS's last op to the RunGraph
-    response's first frame (``response_s``). The trace's times and the capture's are on one
-    clock (one host in the lab; NTP-synchronised hosts on a real cluster). Empty when the
-    capture holds no RunGraph of a traced step."""
+def rpc_lags(run, capture, match) -> dict[str, list[float]]:
+    """Each traced step's RPC lags (docs/calibration.md §7.1), in seconds: from the worker's
+    RunGraph request on the wire to the PS's first op (``rungraph_s``) and to the worker's first
+    parameter request (``worker_requests_s``); from the PS's first op to its first gradient
+    request (``ps_requests_s``); from the PS's last op to the RunGraph response's first frame
+    (``response_s``). The trace's times and the capture's are on one clock (one host in the lab;
+    NTP-synchronised hosts on a real cluster). A key is missing where no step had that lag."""
     rungraphs = sorted((s.request_headers_time_s, s) for s in capture.streams
                        if s.rpc_path in STEP_RPC_PATHS and s.request_headers_time_s is not None)
     first_request: dict[tuple[str, str], float] = {}
@@ -309,11 +308,39 @@ def _rpc_chain(run, capture, match) -> dict:
             lags["ps_requests_s"].append(first_request[(label, "uplink")] - ps_first)
         if rungraph.response_headers_time_s is not None:
             lags["response_s"].append(rungraph.response_headers_time_s - ps_last)
-    if "rungraph_s" not in lags:
+    return dict(lags)
+
+
+def chain_latencies(lags: dict[str, list[float]], statistic=min) -> dict:
+    """The RPC chain's latencies from each traced step's lags (:func:`rpc_lags`): for each, the
+    ``statistic`` over the steps (never below 0), and the number of steps; empty without a
+    ``rungraph_s`` lag.
+
+    A lag is the hosts' own latency (executor start, gRPC threads, the wire) plus whatever
+    waiting its step met: a task under a CPU quota that spends its quota early in a period waits
+    out the rest of it, and a traced step spends more CPU than the job does (a tf2-pss worker at
+    a third of a core: a median ``worker_requests_s`` of 66 ms over 5 traced steps, two thirds of
+    the 100 ms period, where another run of the same job had 0.08 ms). The calibration's check
+    replays the traced steps with the median (what they met, ``statistic=numpy.median``); the
+    cluster gets the least (the default), the latency, and the one-worker correction carries
+    the step's CPU-bound time (docs/model.md §6).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> lags = {"rungraph_s": [0.0012, 0.0009, 0.0011], "worker_requests_s": [0.066, 0.0004, 0.067]}
+    >>> chain_latencies(lags)
+    {'rungraph_s': 0.0009, 'worker_requests_s': 0.0004, 'ps_requests_s': 0.0, 'response_s': 0.0, 'steps': 3}
+    >>> chain_latencies(lags, statistic=np.median)["worker_requests_s"]
+    0.066
+    >>> chain_latencies({})
+    {}
+    """
+    if not lags.get("rungraph_s"):
         return {}
-    out = {key: max(0.0, float(np.median(values))) for key, values in lags.items()}
-    return {"rungraph_s": out["rungraph_s"], "worker_requests_s": out.get("worker_requests_s", 0.0),
-            "ps_requests_s": out.get("ps_requests_s", 0.0), "response_s": out.get("response_s", 0.0),
+    summary = {key: max(0.0, float(statistic(values))) for key, values in lags.items() if values}
+    return {"rungraph_s": summary["rungraph_s"], "worker_requests_s": summary.get("worker_requests_s", 0.0),
+            "ps_requests_s": summary.get("ps_requests_s", 0.0), "response_s": summary.get("response_s", 0.0),
             "steps": len(lags["rungraph_s"])}
 
 
@@ -741,7 +768,8 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
     if not samples:
         raise InputError(captures[0], "no RecvTensor stream matched the run's traces")
     windows, timelines = _window(samples, capture)
-    rpc = _rpc_chain(run, capture, match)
+    lags = rpc_lags(run, capture, match)
+    rpc_traced, rpc = chain_latencies(lags, statistic=np.median), chain_latencies(lags)
     queue_window, flight = _queue_window(captures[0], run)
     fits, pooled = _overhead(samples)
     busy_steps = _busy_steps(samples, incomplete, empty_ends_span=run_api(run.run) != TF2_PSS_API)
@@ -784,16 +812,17 @@ def calibrate_run(run_dir: str | os.PathLike, *, backend: str = "scapy", allow_l
             tensorflow=_tensorflow_version(run.run), capture_notes=tuple(notes),
             capture_loss={d: loss.to_json() for d, loss in losses.items()},
             kernel_drops=_kernel_drops(run.run, capture), allowed_loss=allow_loss,
-            token_bucket=bucket, queue_window_bytes=queue_window, bytes_in_flight=flight, rpc=rpc,
+            token_bucket=bucket, queue_window_bytes=queue_window, bytes_in_flight=flight, rpc=rpc_traced,
             link_ceiling=ceiling,
             buffer_bytes=buffers, ps_cpu=ps_cpu, hosts=hosts, connection_cap_Bps=caps,
         )
-        # The check replays the traced run, so with the caps it had; the cluster gets the untraced job's.
+        # The check replays the traced run, so with the caps and RPC lags it had; the cluster gets
+        # the untraced job's caps and the lags' least (chain_latencies).
         placement, check = choose_placement(profile, calibration.to_cluster_json())
         error = abs(check["relative_error_of_one_worker_step"][placement])
         if best is None or error < best[0]:
             untraced = untraced_caps(caps, cap_speedup, bandwidth)
             best = (error, dataclasses.replace(
-                calibration, placement=placement, placement_check=check, connection_cap_Bps=untraced,
+                calibration, placement=placement, placement_check=check, connection_cap_Bps=untraced, rpc=rpc,
                 connection_cap_traced={"traced_Bps": caps, "untraced_cpu_speedup": cap_speedup} if caps else {}))
     return best[1]

@@ -145,6 +145,26 @@ def test_the_network_terms_are_calibrated_and_read_back(calibrations, name, tmp_
     assert (cluster.bucket_downlink is None) == ("downlink" not in document["token_bucket"])
 
 
+@pytest.mark.parametrize("name", ["tiny_tf2pss", "wide_1gbit"])
+def test_the_rpc_chain_takes_each_lags_least_over_the_traced_steps(data_dir, name):
+    """docs/calibration.md §7.1: a lag is the hosts' latency plus any waiting its step met (a
+    throttled period under a CPU quota), so the cluster gets the least over the steps."""
+    from calibration.calibrate import rpc_lags
+    from calibration.runmatch import match_run, run_server_ports
+    from netcapture import read_capture
+    from tfprofile.rundir import open_run_dir
+
+    run_dir = data_dir / "captures" / name
+    run = open_run_dir(run_dir)
+    capture = read_capture(next(run_dir.glob("capture.pcap*")), server_ports=run_server_ports(run))
+    lags = rpc_lags(run, capture, match_run(capture, run))
+    rpc = calibrate_run(run_dir).to_cluster_json()["rpc"]
+    assert rpc["steps"] == len(lags["rungraph_s"]) >= 3
+    for key, values in lags.items():
+        assert len(values) >= 3 and rpc[key] == max(0.0, min(values))
+        assert rpc[key] <= max(0.0, float(np.median(values)))  # what the calibration's check replays
+
+
 def test_bytes_in_flight_of_the_busiest_sender_connection(data_dir):
     from netcapture.inflight import bytes_in_flight
 
