@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The bars over several lab runs' results.csv files pooled: per setting and over every point,
-for the grpc, packet and auto predictions. ``python pool.py RESULTS.csv [RESULTS.csv ...]``.
+for the grpc, packet and auto predictions. ``python pool.py RESULTS.csv[:SETTING,...] ...``
+(a file's settings after a colon: only those).
 
 The numbers are the lab's own bars' (tfsim/lab/validate.py ``bar_scores``)."""
 
@@ -28,8 +29,15 @@ def bars(frame: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def read(argument: str) -> pd.DataFrame:
+    """One results.csv, or with ``:A,B`` after its path only settings A and B of it."""
+    path, _, only = argument.partition(":")
+    frame = pd.read_csv(path)
+    return frame[frame["setting"].isin(only.split(","))] if only else frame
+
+
 def main() -> None:
-    frame = pd.concat([pd.read_csv(path) for path in sys.argv[1:]], ignore_index=True)
+    frame = pd.concat([read(argument) for argument in sys.argv[1:]], ignore_index=True)
     for setting, rows in frame.groupby("setting", sort=False):
         print(f"{setting} ({len(rows)} points): {bars(rows)}")
     print(f"all ({len(frame)} points): {bars(frame)}")
