@@ -71,7 +71,7 @@ from calibration.replay import error_summary, relative_errors, replay_fifo, repl
 from calibration.runmatch import match_run, run_server_ports, run_tasks
 from netcapture import IperfSummary, read_capture, summarise_iperf
 from netcapture.inflight import bytes_in_flight
-from simulate.cluster import OverheadPlacement
+from simulate.cluster import OverheadPlacement, RpcChain
 from simulate.cluster_file import CLUSTER_FORMAT, cluster_from_dict, flow_control_from_json
 from simulate.config import Transfer
 from simulate.untrace import one_worker_step_s
@@ -338,9 +338,9 @@ def chain_latencies(lags: dict[str, list[float]], statistic=min) -> dict:
     """
     if not lags.get("rungraph_s"):
         return {}
-    summary = {key: max(0.0, float(statistic(values))) for key, values in lags.items() if values}
-    return {"rungraph_s": summary["rungraph_s"], "worker_requests_s": summary.get("worker_requests_s", 0.0),
-            "ps_requests_s": summary.get("ps_requests_s", 0.0), "response_s": summary.get("response_s", 0.0),
+    # The model's messages (simulate.cluster.RpcChain) in its order; a lag no step had is 0.
+    return {**{field.name: max(0.0, float(statistic(lags[field.name]))) if lags.get(field.name) else 0.0
+               for field in dataclasses.fields(RpcChain)},
             "steps": len(lags["rungraph_s"])}
 
 

@@ -95,11 +95,11 @@ class LabSetting:
     a one-PS profile. ``packet`` also predicts every W with the packet transfer model
     (docs/model.md §12) and publishes its error beside grpc's, replaying ``packet_steps`` steps
     per worker (fewer for a job whose steps move tens of megabytes: ns-3 costs seconds per worker
-    and step there). ``tail_runs`` measures the
-    one-worker step once more in every measuring round, untraced, for the correction and the PS
-    CPU bound (:func:`one_worker_tails`). ``busy_ps_workers`` runs the profiling cluster with
-    that many workers once in every measuring round (at most the setting's largest W; 0: not),
-    for the PS CPU per worker-step of a busy PS (:func:`busy_ps_runs`, docs/model.md §4.7).
+    and step there). ``tail_runs`` measures the one-worker step once more in every measuring
+    round, untraced, for the correction and the PS CPU bound (:func:`one_worker_tails`).
+    ``busy_ps_workers`` runs the profiling cluster with that many workers once in every measuring
+    round (at most the setting's largest W; 0: not), for the PS CPU per worker-step of a busy PS
+    (:func:`busy_ps_runs`, docs/model.md §4.7).
     """
 
     name: str

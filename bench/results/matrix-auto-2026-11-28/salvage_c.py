@@ -12,11 +12,11 @@ from tfsim.lab.validate import measurement_stats
 
 lab, setting, worker_cores, ps_cores = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 rows = []
-for w in range(1, 7):
-    runs = sorted((lab / setting).glob(f"measure-w{w}-r*/lab.json"))
-    eps = [json.loads(p.read_text())["throughput_eps"] for p in runs]
-    if not eps:
-        continue
+runs_by_w: dict[int, list[Path]] = {}
+for path in (lab / setting).glob("measure-w*-r*/lab.json"):
+    runs_by_w.setdefault(int(path.parent.name.split("-")[1][1:]), []).append(path)
+for w, runs in sorted(runs_by_w.items()):
+    eps = [json.loads(p.read_text())["throughput_eps"] for p in sorted(runs)]
     stats = measurement_stats(eps)
     rows.append({"setting": setting, "workers": w, "measured_eps": stats["mean"], "measured_min_eps": stats["min"],
                  "measured_max_eps": stats["max"], "repeats": len(eps), "worker_cores": worker_cores,
